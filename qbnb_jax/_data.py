@@ -1,0 +1,235 @@
+"""Host-side preprocessing: validation, per-sample stat vectors and presorted orders.
+
+Everything here is numpy. The solver turns a problem into one `Problem` per fit; the
+device kernels only read the arrays it holds (DESIGN.md section 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import numpy as np
+
+Task = Literal["classification", "regression"]
+# How leaf losses are computed from summed stat vectors:
+#   "count": integer class counts, exact;   "weighted": float class weights;
+#   "sse":   [w, w*y_1..w*y_m, w*|y|^2], squared error.
+LossKind = Literal["count", "weighted", "sse"]
+
+TASKS = ("classification", "regression")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Problem:
+    """A validated problem in array form (host numpy).
+
+    `n` counts only samples with positive weight: zero-weight rows are removed, so they
+    neither cost anything nor add candidate thresholds.
+    """
+
+    task: Task
+    loss_kind: LossKind
+    X: np.ndarray  # float64 (n, p)
+    stats: np.ndarray  # (n, C) int32 or float64, per-sample stat vectors z_i
+    perm: np.ndarray  # int32 (p, n): stable order of each feature
+    rank: np.ndarray  # int32 (p, n): rank[f, i] = position of sample i in perm[f]
+    value_rank: np.ndarray  # int32 (p, n): dense rank of x[i, f] among distinct values
+    cut_valid: np.ndarray  # bool (p, n+1): a threshold may fall before sorted position k
+    cut_pos: np.ndarray  # int32 (p, n+1): threshold index t -> samples left of it
+    n_thresholds: np.ndarray  # int32 (p,): u(f); threshold indices run 0..u(f)
+    classes: np.ndarray | None
+    y_offset: np.ndarray | None  # regression: the weighted mean removed from y
+    y: np.ndarray  # encoded labels (n,) or centred targets (n, m)
+    weight: np.ndarray  # float64 (n,)
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def p(self) -> int:
+        return int(self.X.shape[1])
+
+    @property
+    def n_channels(self) -> int:
+        return int(self.stats.shape[1])
+
+    def threshold_value(self, f: int, t: int) -> float:
+        """Midpoint threshold of index `t` on feature `f` (-inf/+inf at the ends)."""
+        u = int(self.n_thresholds[f])
+        if t <= 0:
+            return -np.inf
+        if t >= u:
+            return np.inf
+        k = int(self.cut_pos[f, t])
+        xs = self.X[self.perm[f], f]
+        return float((xs[k - 1] + xs[k]) / 2.0)
+
+
+def check_task(task: str) -> Task:
+    if task not in TASKS:
+        raise ValueError(f"Unknown task {task!r}: expected 'classification' or 'regression'.")
+    return task  # type: ignore[return-value]
+
+
+def as_feature_matrix(X) -> np.ndarray:
+    """Validate features: a finite, numeric, non-empty 2-D array."""
+    try:
+        arr = np.asarray(X)
+    except Exception as err:  # ragged lists and the like
+        raise ValueError(f"X could not be read as an array: {err}") from None
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
+    ):
+        raise ValueError(f"X must be numeric; got dtype {arr.dtype}.")
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise ValueError("X must be real-valued; got complex numbers.")
+    if arr.ndim != 2:
+        raise ValueError(
+            f"X must be 2-D (n_samples, n_features); got shape {arr.shape}. "
+            "Reshape a single feature with X.reshape(-1, 1)."
+        )
+    if arr.shape[0] == 0:
+        raise ValueError("X is empty: it has 0 samples.")
+    if arr.shape[1] == 0:
+        raise ValueError("X has 0 features.")
+    arr = arr.astype(np.float64)
+    if not np.all(np.isfinite(arr)):
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        raise ValueError(
+            f"X contains NaN or infinity (first at row {bad[0]}, column {bad[1]})."
+        )
+    return arr
+
+
+def as_sample_weight(sample_weight, n: int) -> tuple[np.ndarray, bool]:
+    """Validate weights; returns float64 weights and whether all are integers."""
+    if sample_weight is None:
+        return np.ones(n), True
+    w = np.asarray(sample_weight)
+    if w.dtype == object or not np.issubdtype(w.dtype, np.number):
+        raise ValueError(f"sample_weight must be numeric; got dtype {w.dtype}.")
+    w = w.astype(np.float64)
+    if w.ndim != 1 or w.shape[0] != n:
+        raise ValueError(f"sample_weight must have shape ({n},); got {w.shape}.")
+    if not np.all(np.isfinite(w)):
+        raise ValueError("sample_weight contains NaN or infinity.")
+    if np.any(w < 0):
+        raise ValueError("sample_weight must be non-negative.")
+    if not np.any(w > 0):
+        raise ValueError("sample_weight is zero everywhere: there is nothing to fit.")
+    integral = bool(np.all(w == np.round(w))) and float(w.sum()) < 2**30
+    return w, integral
+
+
+def encode_labels(y, n: int) -> tuple[np.ndarray, np.ndarray]:
+    arr = np.asarray(y)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise ValueError(f"Classification y must be 1-D; got shape {arr.shape}.")
+    if arr.shape[0] != n:
+        raise ValueError(f"X has {n} samples but y has {arr.shape[0]}.")
+    if arr.dtype.kind == "f" and np.any(np.isnan(arr)):
+        raise ValueError("y contains NaN.")
+    try:
+        classes, codes = np.unique(arr, return_inverse=True)
+    except TypeError as err:
+        raise ValueError(f"Labels in y cannot be sorted: {err}") from None
+    return classes, codes.reshape(-1).astype(np.int64)
+
+
+def as_targets(y, n: int) -> np.ndarray:
+    arr = np.asarray(y)
+    if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"Regression y must be numeric; got dtype {arr.dtype}.")
+    arr = arr.astype(np.float64)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2:
+        raise ValueError(f"Regression y must be (n,) or (n, m); got shape {arr.shape}.")
+    if arr.shape[0] != n:
+        raise ValueError(f"X has {n} samples but y has {arr.shape[0]}.")
+    if arr.shape[1] == 0:
+        raise ValueError("Regression y has 0 target columns.")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("y contains NaN or infinity.")
+    return arr
+
+
+def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
+    """Validate inputs and build the presorted arrays of DESIGN.md section 2."""
+    task = check_task(task)
+    X = as_feature_matrix(X)
+    n_all = X.shape[0]
+    w, integral = as_sample_weight(sample_weight, n_all)
+    if task == "classification":
+        classes, codes = encode_labels(y, n_all)
+        y_enc: np.ndarray = codes
+        offset = None
+    else:
+        classes = None
+        y_enc = as_targets(y, n_all)
+    keep = w > 0
+    X, w, y_enc = X[keep], w[keep], y_enc[keep]
+    n, p = X.shape
+
+    if task == "classification":
+        n_classes = len(classes)
+        onehot = np.zeros((n, n_classes), dtype=np.float64)
+        onehot[np.arange(n), y_enc] = 1.0
+        if integral:
+            stats = (onehot * w[:, None]).astype(np.int32)
+            loss_kind: LossKind = "count"
+        else:
+            stats = onehot * w[:, None]
+            loss_kind = "weighted"
+    else:
+        # Centring first keeps S2 - |S1|^2/S0 well conditioned for targets with a
+        # large offset; the loss of every set is unchanged by the shift.
+        offset = (w[:, None] * y_enc).sum(axis=0) / w.sum()
+        y_enc = y_enc - offset
+        stats = np.concatenate(
+            [w[:, None], w[:, None] * y_enc, (w * np.sum(y_enc**2, axis=1))[:, None]], axis=1
+        )
+        loss_kind = "sse"
+
+    perm = np.argsort(X, axis=0, kind="stable").T.astype(np.int32)  # (p, n)
+    rank = np.empty_like(perm)
+    rows = np.arange(p)[:, None]
+    rank[rows, perm] = np.arange(n, dtype=np.int32)[None, :]
+    x_sorted = np.take_along_axis(X.T, perm, axis=1)  # (p, n)
+    changes = x_sorted[:, 1:] > x_sorted[:, :-1]  # (p, n-1)
+    cut_valid = np.zeros((p, n + 1), dtype=bool)
+    cut_valid[:, 0] = True
+    cut_valid[:, 1:n] = changes
+    dense_sorted = np.concatenate(
+        [np.zeros((p, 1), dtype=np.int32), np.cumsum(changes, axis=1, dtype=np.int32)], axis=1
+    )
+    value_rank = np.empty_like(perm)
+    value_rank[rows, perm] = dense_sorted
+    n_thresholds = (dense_sorted[:, -1] + 1).astype(np.int32)  # u(f) = distinct values
+    # Threshold index t in 0..u(f): t=0 sends nothing left, t=u(f) everything; in
+    # between, the cut after the t-th distinct value.
+    cut_pos = np.full((p, n + 1), n, dtype=np.int32)
+    for f in range(p):
+        inner = np.nonzero(cut_valid[f, 1:n])[0] + 1
+        cut_pos[f, 0] = 0
+        cut_pos[f, 1 : 1 + len(inner)] = inner
+    return Problem(
+        task=task,
+        loss_kind=loss_kind,
+        X=X,
+        stats=stats,
+        perm=perm,
+        rank=rank,
+        value_rank=value_rank,
+        cut_valid=cut_valid,
+        cut_pos=cut_pos,
+        n_thresholds=n_thresholds,
+        classes=classes,
+        y_offset=offset,
+        y=y_enc,
+        weight=w,
+    )

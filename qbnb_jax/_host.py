@@ -1,0 +1,160 @@
+"""Host (numpy) helpers: exact stump search, tree assembly, objective recomputation.
+
+These work on one sample subset at a time and serve the greedy initial incumbent, depth
+1, and turning a solved split specification into a `Tree`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._data import Problem
+from ._tree import LEAF, Tree
+
+
+def leaf_loss_np(stats: np.ndarray, loss_kind: str) -> np.ndarray:
+    """Best constant-fit loss from summed stat vectors `(..., C)`."""
+    stats = np.asarray(stats, dtype=np.float64)
+    if loss_kind == "sse":
+        s0 = stats[..., 0]
+        s1 = stats[..., 1:-1]
+        safe = np.where(s0 > 0, s0, 1.0)
+        return stats[..., -1] - np.where(s0 > 0, np.sum(s1 * s1, axis=-1) / safe, 0.0)
+    return stats.sum(axis=-1) - stats.max(axis=-1)
+
+
+def best_stump(problem: Problem, mask: np.ndarray, features=None) -> tuple[float, int, int]:
+    """Best stump of the samples in `mask`: `(loss, feature, position)`.
+
+    `position` is a valid cut in the feature's full sorted order; samples of `mask`
+    before it go left. Ties go to the lowest feature, then the lowest position.
+    """
+    stats = np.where(mask[:, None], problem.stats, 0).astype(np.float64)
+    best = (np.inf, 0, 0)
+    for f in range(problem.p) if features is None else features:
+        cum = np.concatenate([np.zeros((1, stats.shape[1])), np.cumsum(stats[problem.perm[f]], 0)])
+        loss = leaf_loss_np(cum, problem.loss_kind) + leaf_loss_np(
+            cum[-1][None] - cum, problem.loss_kind
+        )
+        loss = np.where(problem.cut_valid[f], loss, np.inf)
+        k = int(np.argmin(loss))
+        if loss[k] < best[0]:
+            best = (float(loss[k]), int(f), k)
+    return best
+
+
+def position_threshold(problem: Problem, f: int, k: int) -> float:
+    """Threshold value for a cut before sorted position `k` of feature `f`."""
+    if k <= 0:
+        return -np.inf
+    if k >= problem.n:
+        return np.inf
+    xs = problem.X[problem.perm[f], f]
+    return float((xs[k - 1] + xs[k]) / 2.0)
+
+
+class _Builder:
+    def __init__(self):
+        self.feature: list[int] = []
+        self.threshold: list[float] = []
+        self.left: list[int] = []
+        self.right: list[int] = []
+
+    def add(self, feature: int, threshold: float) -> int:
+        self.feature.append(feature)
+        self.threshold.append(threshold)
+        self.left.append(LEAF)
+        self.right.append(LEAF)
+        return len(self.feature) - 1
+
+
+def build_tree(problem: Problem, splits) -> Tree:
+    """Assemble a tree from nested split specs and fill its leaf values.
+
+    `splits` is `None` (a leaf) or `(feature, threshold, left_splits, right_splits)`.
+    Splits that send no training weight to one side are collapsed into the other side,
+    so every leaf of the result holds training samples (or the tree is a single leaf).
+    """
+    builder = _Builder()
+
+    def emit(spec, rows: np.ndarray) -> int:
+        while spec is not None:
+            f, thr, left, right = spec
+            goes_left = problem.X[rows, f] <= thr
+            if goes_left.all():
+                spec = left
+            elif not goes_left.any():
+                spec = right
+            else:
+                break
+        if spec is None:
+            return builder.add(LEAF, np.nan)
+        f, thr, left, right = spec
+        node = builder.add(f, thr)
+        goes_left = problem.X[rows, f] <= thr
+        builder.left[node] = emit(left, rows[goes_left])
+        builder.right[node] = emit(right, rows[~goes_left])
+        return node
+
+    emit(splits, np.arange(problem.n))
+    n_nodes = len(builder.feature)
+    tree = Tree(
+        children_left=np.asarray(builder.left, dtype=np.int32),
+        children_right=np.asarray(builder.right, dtype=np.int32),
+        feature=np.asarray(builder.feature, dtype=np.int32),
+        threshold=np.asarray(builder.threshold, dtype=np.float64),
+        value=np.zeros((n_nodes, 1)),
+        weighted_n_node_samples=np.zeros(n_nodes),
+        task=problem.task,
+    )
+    return fill_values(tree, problem)
+
+
+def fill_values(tree: Tree, problem: Problem) -> Tree:
+    """Recompute every node's value and weight from the training data (float64)."""
+    n_nodes = tree.n_nodes
+    leaf_of = tree.apply(problem.X)
+    # Node membership: walk from each leaf to the root through parents.
+    parent = np.full(n_nodes, -1)
+    for node in range(n_nodes):
+        for child in (tree.children_left[node], tree.children_right[node]):
+            if child != LEAF:
+                parent[child] = node
+    member = np.zeros((n_nodes, problem.n), dtype=bool)
+    member[leaf_of, np.arange(problem.n)] = True
+    for node in range(n_nodes - 1, 0, -1):  # preorder: children after parents
+        member[parent[node]] |= member[node]
+    w = problem.weight
+    weights = member.astype(np.float64) @ w
+    if problem.task == "classification":
+        onehot = np.zeros((problem.n, len(problem.classes)))
+        onehot[np.arange(problem.n), problem.y] = 1.0
+        value = member.astype(np.float64) @ (onehot * w[:, None])
+    else:
+        sums = member.astype(np.float64) @ (problem.y * w[:, None])
+        value = sums / np.where(weights > 0, weights, 1.0)[:, None] + problem.y_offset[None]
+    return Tree(
+        children_left=tree.children_left,
+        children_right=tree.children_right,
+        feature=tree.feature,
+        threshold=tree.threshold,
+        value=value,
+        weighted_n_node_samples=weights,
+        task=tree.task,
+    )
+
+
+def tree_objective(tree: Tree, problem: Problem) -> float:
+    """Weighted training loss of `tree`, recomputed exactly (float64, two-pass means)."""
+    leaf_of = tree.apply(problem.X)
+    w = problem.weight
+    if problem.task == "classification":
+        predicted = np.argmax(tree.value[leaf_of], axis=1)
+        return float(np.sum(w * (predicted != problem.y)))
+    total = 0.0
+    for leaf in np.unique(leaf_of):
+        rows = leaf_of == leaf
+        wl, yl = w[rows], problem.y[rows]
+        mean = (wl[:, None] * yl).sum(axis=0) / wl.sum()
+        total += float(np.sum(wl[:, None] * (yl - mean) ** 2))
+    return total

@@ -1,0 +1,245 @@
+"""Device kernels: batched best-stump sweeps (pure functions, jitted per shape bucket).
+
+Every bound of the paper reduces to one primitive, `L1(S, f)`: the best stump of a
+sample set `S` on feature `f`. Here `S` is always "samples whose position in root
+feature f0's order lies in [lo, c)" (a prefix-like set) or "in [c, hi)" (its
+complement within [lo, hi)), for a handful of cut positions `c` at once. One row of
+work is one (f0, f, cuts) triple; rows are batched with `vmap` and chunked with
+`lax.map` so that the `(rows, cuts, n)` intermediates stay cache sized.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Int, Shaped
+
+from ._data import LossKind, Problem
+
+
+class SweepData(eqx.Module):
+    """Device copy of the presorted arrays a sweep reads.
+
+    A stump's loss splits into a constant of the sample set and a "score" that only
+    needs a few scanned channels (see `_score`): binary classification scans one
+    signed count, C classes scan C counts, regression scans [w, w*y] (the squared
+    term is constant). Only those channels are scanned; set totals come from
+    cumulative sums in the root feature's order, an O(1) lookup per cut.
+
+    **Fields** (n samples padded, p features, C stat channels, S scanned channels):
+
+    - `rank_in_root`: `(p, p, n)`; `rank_in_root[f0, f, k]` is the position, in f0's
+      order, of the k-th sample of f's order (DESIGN.md: one compare makes a mask).
+    - `sorted_scan`: `(p, n, S)`, scanned channels in each feature's order.
+    - `full_scan`: `(p, n+1, S)`, their cumulative sums (leading zero row).
+    - `root_cum`: `(p, n+1, C)`, cumulative stat vectors in each feature's order.
+    - `cut_valid`: `(p, n+1)`, thresholds may fall before these sorted positions.
+    - `perm`, `rank`, `value_rank`: `(p, n)`; `scan`: `(n, S)`, for gathered sweeps.
+    """
+
+    rank_in_root: Int[Array, "p p n"]
+    sorted_scan: Shaped[Array, "p n S"]
+    full_scan: Shaped[Array, "p n1 S"]
+    root_cum: Shaped[Array, "p n1 C"]
+    cut_valid: Bool[Array, "p n1"]
+    perm: Int[Array, "p n"]
+    rank: Int[Array, "p n"]
+    value_rank: Int[Array, "p n"]
+    scan: Shaped[Array, "n S"]
+    loss_kind: LossKind = eqx.field(static=True)
+    binary: bool = eqx.field(static=True)
+
+    @staticmethod
+    def from_problem(problem: Problem) -> SweepData:
+        """Device arrays for `problem`, padded to `padded_length(n)` samples.
+
+        Padding samples have zero stats and sit after every real sample in every
+        order, so no cut of a real sample set ever includes them: bucketing n lets
+        problems of similar size share compiled kernels.
+        """
+        n, p = problem.n, problem.p
+        n_pad = padded_length(n)
+        extra = np.arange(n, n_pad, dtype=np.int32)
+        perm = np.concatenate([problem.perm, np.broadcast_to(extra, (p, n_pad - n))], axis=1)
+        rank = np.concatenate([problem.rank, np.broadcast_to(extra, (p, n_pad - n))], axis=1)
+        value_rank = np.concatenate(
+            [problem.value_rank, np.broadcast_to(extra + n_pad, (p, n_pad - n))], axis=1
+        )
+        stats = np.concatenate(
+            [problem.stats, np.zeros((n_pad - n, problem.n_channels), problem.stats.dtype)]
+        )
+        binary = problem.loss_kind != "sse" and problem.n_channels == 2
+        if binary:
+            scan = stats[:, 1:2] - stats[:, 0:1]
+        elif problem.loss_kind == "sse":
+            scan = stats[:, :-1]
+        else:
+            scan = stats
+        if problem.loss_kind == "count" and int(problem.stats.sum()) < 2**15:
+            scan = scan.astype(np.int16)  # exact, and halves the scan's memory traffic
+        cut_valid = np.zeros((p, n_pad + 1), dtype=bool)
+        cut_valid[:, : n + 1] = problem.cut_valid
+        sorted_scan = scan[perm]  # (p, n_pad, S)
+        zero = np.zeros((p, 1, scan.shape[1]), dtype=scan.dtype)
+        full_scan = np.concatenate([zero, np.cumsum(sorted_scan, axis=1, dtype=scan.dtype)], 1)
+        zero = np.zeros((p, 1, stats.shape[1]), dtype=stats.dtype)
+        root_cum = np.concatenate([zero, np.cumsum(stats[perm], axis=1, dtype=stats.dtype)], 1)
+        return SweepData(
+            rank_in_root=jnp.asarray(rank[:, perm]),  # (p, p, n_pad): rank[f0][perm[f]]
+            sorted_scan=jnp.asarray(sorted_scan),
+            full_scan=jnp.asarray(full_scan),
+            root_cum=jnp.asarray(root_cum),
+            cut_valid=jnp.asarray(cut_valid),
+            perm=jnp.asarray(perm),
+            rank=jnp.asarray(rank),
+            value_rank=jnp.asarray(value_rank),
+            scan=jnp.asarray(scan),
+            loss_kind=problem.loss_kind,
+            binary=binary,
+        )
+
+    @property
+    def length(self) -> int:
+        return int(self.perm.shape[1])
+
+
+def padded_length(n: int) -> int:
+    """Sample count rounded up to a shape bucket: 64, then 8 steps per octave (<13% pad)."""
+    if n <= 64:
+        return 64
+    octave = 1 << (n - 1).bit_length() - 1  # largest power of two below n
+    step = octave // 8
+    return -(-n // step) * step
+
+
+def _score(data: SweepData, left: Array, total_scan: Array) -> Array:
+    """Score of splitting a set at each position; larger is better.
+
+    `left`: `(K, L, S)` scanned channels left of each position; `total_scan`: `(K, S)`.
+    The stump loss is `_constant(set) - score`.
+    """
+    right = total_scan[:, None, :] - left
+    if data.binary:  # loss = (T - |d_left| - |d_right|) / 2 with d = signed count
+        return jnp.abs(left[..., 0]) + jnp.abs(right[..., 0])
+    if data.loss_kind == "sse":  # loss = S2 - |S1_l|^2/S0_l - |S1_r|^2/S0_r
+        def explained(part):
+            s0 = part[..., 0]
+            return jnp.where(s0 > 0, jnp.sum(part[..., 1:] ** 2, -1) / jnp.where(s0 > 0, s0, 1), 0)
+        return explained(left) + explained(right)
+    return jnp.max(left, axis=-1) + jnp.max(right, axis=-1)  # loss = T - max_l - max_r
+
+
+def _loss_from_score(data: SweepData, totals: Array, score: Array) -> Array:
+    """Stump loss from the set's summed stat vector `(K, C)` and its best score `(K,)`."""
+    if data.binary:
+        loss = jnp.sum(totals, axis=-1) - score.astype(totals.dtype)
+        return loss // 2 if jnp.issubdtype(loss.dtype, jnp.integer) else loss / 2
+    if data.loss_kind == "sse":
+        return totals[..., -1] - score
+    return jnp.sum(totals, axis=-1) - score.astype(totals.dtype)
+
+
+def _best_scores(data: SweepData, left: Array, total_scan: Array, valid: Array) -> Array:
+    """Max score over valid positions; `left` excludes position 0, which is always valid."""
+    score = _score(data, left, total_scan)
+    at_zero = _score(data, jnp.zeros_like(left[:, :1]), total_scan)[:, 0]
+    low = jnp.asarray(jnp.iinfo(score.dtype).min if jnp.issubdtype(score.dtype, jnp.integer)
+                      else -jnp.inf, score.dtype)
+    return jnp.maximum(jnp.max(jnp.where(valid[None, :], score, low), axis=1), at_zero)
+
+
+def _full_row(data: SweepData, f0: Array, f: Array, cuts: Array) -> tuple[Array, Array]:
+    key = data.rank_in_root[f0, f]  # (n,) positions in f0's order
+    inside = key[None, :] < cuts[:, None]  # (K, n): prefix of f0's order
+    contrib = jnp.where(inside[..., None], data.sorted_scan[f][None], 0)
+    left = jnp.cumsum(contrib, axis=1, dtype=contrib.dtype)
+    valid = data.cut_valid[f][1:]
+    pre_tot = data.root_cum[f0][cuts]  # (K, C)
+    suf_tot = data.root_cum[f0][-1][None] - pre_tot
+    pre_scan = left[:, -1]
+    full = data.full_scan[f][1:]
+    prefix = _best_scores(data, left, pre_scan, valid)
+    suffix = _best_scores(data, full[None] - left, full[-1][None] - pre_scan, valid)
+    return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
+
+
+def _gathered_row(
+    data: SweepData, f0: Array, f: Array, lo: Array, hi: Array, cuts: Array, length: int
+) -> tuple[Array, Array]:
+    n = data.perm.shape[1]
+    slot = lo + jnp.arange(length)
+    inside = slot < hi
+    ids = data.perm[f0, jnp.minimum(slot, n - 1)]
+    order = jnp.argsort(jnp.where(inside, data.rank[f, ids], n))
+    ids, inside = ids[order], inside[order]
+    pos = jnp.where(inside, data.rank[f0, ids], n)  # position in f0's order
+    scan = jnp.where(inside[:, None], data.scan[ids], 0)
+    values = data.value_rank[f, ids]
+    valid = jnp.concatenate([inside[1:] & (values[1:] != values[:-1]), jnp.zeros(1, bool)])
+    contrib = jnp.where((pos[None, :] < cuts[:, None])[..., None], scan[None], 0)
+    left = jnp.cumsum(contrib, axis=1, dtype=contrib.dtype)
+    base = jnp.cumsum(scan, axis=0, dtype=scan.dtype)
+    cum = data.root_cum[f0]
+    pre_tot = cum[cuts] - cum[lo][None]
+    suf_tot = cum[hi][None] - cum[cuts]
+    pre_scan = left[:, -1]
+    prefix = _best_scores(data, left, pre_scan, valid)
+    suffix = _best_scores(data, base[None] - left, base[-1][None] - pre_scan, valid)
+    return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
+
+
+def _chunked(row_fn, chunk: int, *row_args):
+    """Apply `row_fn` to every row, `chunk` rows at a time (rows % chunk == 0)."""
+    rows = row_args[0].shape[0]
+    shaped = [a.reshape((rows // chunk, chunk) + a.shape[1:]) for a in row_args]
+    out = jax.lax.map(lambda args: jax.vmap(row_fn)(*args), tuple(shaped))
+    return tuple(o.reshape((rows,) + o.shape[2:]) for o in out)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk",))
+def sweep_full(
+    data: SweepData,
+    f0: Int[Array, " rows"],
+    f: Int[Array, " rows"],
+    cuts: Int[Array, "rows K"],
+    *,
+    chunk: int,
+) -> tuple[Shaped[Array, "rows K"], Shaped[Array, "rows K"]]:
+    """Best stumps on feature `f` of the prefix and suffix of f0's order at each cut.
+
+    **Arguments:**
+
+    - `data`: the problem's `SweepData`.
+    - `f0`, `f`: root feature and stump feature per row.
+    - `cuts`: positions in f0's order (number of samples sent left).
+    - `chunk`: rows processed together (static); rows must be a multiple of it.
+
+    **Returns:** `(prefix, suffix)`, each `(rows, K)`: `L1(prefix_c, f)`, `L1(suffix_c, f)`.
+    """
+    return _chunked(functools.partial(_full_row, data), chunk, f0, f, cuts)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk", "length"))
+def sweep_gathered(
+    data: SweepData,
+    f0: Int[Array, " rows"],
+    f: Int[Array, " rows"],
+    lo: Int[Array, " rows"],
+    hi: Int[Array, " rows"],
+    cuts: Int[Array, "rows K"],
+    *,
+    chunk: int,
+    length: int,
+) -> tuple[Shaped[Array, "rows K"], Shaped[Array, "rows K"]]:
+    """As `sweep_full`, restricted to samples at positions [lo, hi) of f0's order.
+
+    The `hi - lo <= length` samples are gathered and sorted by `f`, so the cost is
+    O(length) per cut rather than O(n): this is what makes W1 cheap (paper, Lemma
+    compare-cost). Returns `L1([lo, c), f)` and `L1([c, hi), f)` for each cut `c`.
+    """
+    row = functools.partial(_gathered_row, data, length=length)
+    return _chunked(row, chunk, f0, f, lo, hi, cuts)

@@ -1,0 +1,110 @@
+"""Host side of the kernels: pad rows to shape buckets, compile once per bucket, time it.
+
+Shapes are bucketed (rows and cuts to powers of two) so that a whole solve, and every
+later solve of a problem with the same (n, p, C, dtype), reuses a handful of compiled
+executables. Compiled executables are cached in-process here and on disk by JAX's
+persistent compilation cache, so compile time and solve time are reported apart.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+
+from ._data import Problem
+from ._kernels import SweepData, sweep_full, sweep_gathered
+
+# Elements of the (chunk, cuts, length, channels) intermediate processed at once:
+# small enough to stay in cache (DESIGN.md: 16-64 rows of a few thousand samples).
+CHUNK_ELEMENTS = 1 << 19
+MAX_CHUNK = 64
+MAX_ROWS = 1024  # rows per call; larger batches are split (bounded memory)
+MAX_CUTS = 32  # cuts per row per call; more are split into blocks
+
+_COMPILED: dict[tuple, object] = {}
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+def _pow2_at_most(x: int) -> int:
+    return 1 << (max(1, int(x)).bit_length() - 1)
+
+
+class KernelRunner:
+    """Runs sweeps for one problem and accounts for compile and run time."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.data = SweepData.from_problem(problem)
+        self.compile_seconds = 0.0
+        self.compiles = 0
+        self.rows_evaluated = 0
+        self.cut_evaluations = 0
+        leaves = jax.tree_util.tree_leaves(self.data)
+        self._data_key = (
+            problem.loss_kind,
+            tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves),
+        )
+
+    def _executable(self, name: str, fn, args: tuple, statics: dict):
+        key = (name, self._data_key, tuple(a.shape for a in args[1:]), tuple(statics.items()))
+        exe = _COMPILED.get(key)
+        if exe is None:
+            start = time.perf_counter()
+            exe = fn.lower(*args, **statics).compile()
+            self.compile_seconds += time.perf_counter() - start
+            self.compiles += 1
+            _COMPILED[key] = exe
+        return exe
+
+    def _chunk(self, cuts: int, length: int) -> int:
+        per_row = cuts * (length + 1) * int(self.data.sorted_scan.shape[-1])
+        return max(1, min(MAX_CHUNK, _pow2_at_most(CHUNK_ELEMENTS // max(per_row, 1))))
+
+    def _run(self, name, fn, length, row_arrays, cuts, extra_statics):
+        """Pad rows/cuts to buckets, split into calls, return (prefix, suffix) numpy."""
+        rows, n_cuts = cuts.shape
+        out_pre = np.empty((rows, n_cuts), dtype=np.float64)
+        out_suf = np.empty((rows, n_cuts), dtype=np.float64)
+        if rows == 0:
+            return out_pre, out_suf
+        cut_block = min(_pow2_at_least(n_cuts), MAX_CUTS)
+        chunk = self._chunk(cut_block, length)
+        for c0 in range(0, n_cuts, cut_block):
+            block = cuts[:, c0 : c0 + cut_block]
+            width = block.shape[1]
+            if width < cut_block:  # repeat the last cut: duplicates change no minimum
+                block = np.concatenate(
+                    [block, np.repeat(block[:, -1:], cut_block - width, axis=1)], axis=1
+                )
+            for r0 in range(0, rows, MAX_ROWS):
+                r1 = min(rows, r0 + MAX_ROWS)
+                bucket = max(chunk, _pow2_at_least(r1 - r0))
+                pad = bucket - (r1 - r0)
+                args = [np.pad(a[r0:r1], (0, pad)).astype(np.int32) for a in row_arrays]
+                args.append(np.pad(block[r0:r1], ((0, pad), (0, 0))).astype(np.int32))
+                statics = {"chunk": chunk, **extra_statics}
+                call_args = (self.data, *args)
+                exe = self._executable(name, fn, call_args, statics)
+                pre, suf = exe(*call_args)
+                out_pre[r0:r1, c0 : c0 + width] = np.asarray(pre)[: r1 - r0, :width]
+                out_suf[r0:r1, c0 : c0 + width] = np.asarray(suf)[: r1 - r0, :width]
+                self.rows_evaluated += r1 - r0
+                self.cut_evaluations += (r1 - r0) * width
+        return out_pre, out_suf
+
+    def full(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray):
+        """`L1(prefix_c, f)` and `L1(suffix_c, f)` over all samples, f0's order."""
+        return self._run("full", sweep_full, self.data.length, [f0, f], cuts, {})
+
+    def gathered(self, f0, f, lo, hi, cuts):
+        """As `full`, restricted to samples at positions [lo, hi) of f0's order."""
+        longest = int(np.max(hi - lo, initial=1))
+        length = max(8, _pow2_at_least(longest))
+        return self._run(
+            "gathered", sweep_gathered, length, [f0, f, lo, hi], cuts, {"length": length}
+        )

@@ -1,0 +1,398 @@
+"""The public `solve`: Quant-BnB for depth 1 and 2 (paper, Algorithm 1).
+
+The host loop keeps the frontier of alive tuples `(f0, [a, b], F1, F2)` as numpy
+arrays (a few thousand tuples at most); all O(n) work happens in the device sweeps of
+`_kernels.py`, batched over (tuple, feature) rows. Per iteration:
+
+1. cut the root interval at almost s-equi-spaced thresholds t_0..t_s;
+2. sweep: `P[j, f] = L1(prefix_{t_j}, f)`, `S[j, f] = L1(suffix_{t_j}, f)`;
+3. Step 1 (upper bound V_s): every tree with root cut t_j is now evaluated exactly;
+4. Step 2 (Proposition quantile-prune): for each piece [t_{j-1}, t_j], keep the child
+   features whose lower bound (W0, then W1_{s'}, W2 or L2) can still beat the incumbent;
+5. surviving pieces become children over the open interval (t_{j-1}, t_j): both
+   endpoints were evaluated exactly in step 3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from ._data import Problem, make_problem
+from ._host import best_stump, build_tree, position_threshold, tree_objective
+from ._runner import KernelRunner
+from ._tree import Tree
+
+BOUNDS = ("w0", "w1", "w2", "l2")
+SUPPORTED_DEPTHS = (1, 2)
+# Regression and fractional weights: prune only when LB > U + RTOL*|U| + ATOL*scale.
+RTOL = 1e-9
+ATOL = 1e-12
+# The paper's s' = floor(0.6 n s / (b - a)) for W1, capped to keep rows short.
+W1_FACTOR = 0.6
+W1_MAX_SUBCUTS = 64
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SolveResult:
+    """What `solve` returns.
+
+    **Fields:**
+
+    - `tree`: the best `Tree` found (optimal when `status == "optimal"`).
+    - `objective`: its weighted training loss, recomputed on the host in float64
+      (weighted misclassification, or weighted squared error summed over targets).
+    - `lower_bound`: a proved lower bound on the optimal objective.
+    - `gap`: `objective - lower_bound` (0 for an exact classification optimum; at most
+      the pruning tolerance for regression and fractional weights).
+    - `status`: `"optimal"` or `"time_limit"`.
+    - `stats`: iterations, frontier size per iteration, compile and solve seconds, ...
+    - `classes`: the original labels (classification), in `tree.value` column order.
+    """
+
+    tree: Tree
+    objective: float
+    lower_bound: float
+    gap: float
+    status: str
+    stats: dict[str, Any]
+    task: str
+    depth: int
+    classes: np.ndarray | None
+    n_features: int
+
+    def __repr__(self) -> str:
+        return (
+            f"SolveResult(task={self.task!r}, depth={self.depth}, status={self.status!r}, "
+            f"objective={self.objective:.10g}, lower_bound={self.lower_bound:.10g}, "
+            f"gap={self.gap:.3g}, iterations={self.stats.get('iterations')})"
+        )
+
+
+def _check_options(depth, bound, s, time_limit):
+    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)):
+        raise ValueError(f"depth must be an integer; got {depth!r}.")
+    if depth not in SUPPORTED_DEPTHS:
+        raise ValueError(f"depth={depth} is not supported: choose one of {SUPPORTED_DEPTHS}.")
+    if bound not in BOUNDS:
+        raise ValueError(f"Unknown bound {bound!r}: choose one of {BOUNDS}.")
+    if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 2:
+        raise ValueError(f"s must be an integer >= 2; got {s!r}.")
+    if time_limit is not None and not (
+        isinstance(time_limit, (int, float)) and np.isfinite(time_limit) and time_limit > 0
+    ):
+        raise ValueError(f"time_limit must be a positive number of seconds; got {time_limit!r}.")
+
+
+def solve(
+    X,
+    y,
+    *,
+    task: str,
+    depth: int = 2,
+    sample_weight=None,
+    bound: str = "w1",
+    s: int = 3,
+    time_limit: float | None = None,
+    progress: Callable[[dict], None] | None = None,
+    initial_capacity: int | None = None,
+) -> SolveResult:
+    """Find a provably optimal decision tree of the given depth.
+
+    **Arguments:**
+
+    - `X`: features, `(n, p)`, finite numbers.
+    - `y`: class labels `(n,)` (any sortable values) or targets `(n,)` / `(n, m)`.
+    - `task`: `"classification"` (0-1 loss) or `"regression"` (squared error).
+    - `depth`: 1 or 2.
+    - `sample_weight`: non-negative weights `(n,)`; zero removes a sample.
+    - `bound`: lower bound used for pruning: `"w0"`, `"w1"` (W1_{s'}, default), `"w2"`
+      or `"l2"` (exhaustive), as in the paper's section 3.
+    - `s`: number of pieces each root interval is cut into per iteration.
+    - `time_limit`: seconds; when exceeded the best tree so far is returned with
+      status `"time_limit"` and a proved lower bound.
+    - `progress`: called after every iteration with a dict (`iteration`, `frontier`,
+      `incumbent`, `lower_bound`, `gap`, `elapsed`).
+    - `initial_capacity`: starting frontier capacity bucket (grows by doubling).
+
+    **Returns:** a `SolveResult`.
+
+    !!! Example
+        ```python
+        result = qbnb_jax.solve(X, y, task="classification", depth=2)
+        result.objective, result.tree.predict(X)
+        ```
+    """
+    _check_options(depth, bound, s, time_limit)
+    if initial_capacity is not None and (
+        not isinstance(initial_capacity, (int, np.integer)) or initial_capacity < 1
+    ):
+        raise ValueError(f"initial_capacity must be a positive integer; got {initial_capacity!r}.")
+    start = time.perf_counter()
+    problem = make_problem(X, y, task=task, sample_weight=sample_weight)
+    with jax.enable_x64(True):
+        search = _Search(problem, bound=bound, s=int(s), time_limit=time_limit,
+                         progress=progress, capacity=initial_capacity or 64, start=start)
+        if depth == 1:
+            search.solve_depth1()
+        else:
+            search.solve_depth2()
+    return search.result(depth)
+
+
+class _Search:
+    def __init__(self, problem: Problem, *, bound, s, time_limit, progress, capacity, start):
+        self.problem = problem
+        self.bound = bound
+        self.s = s
+        self.time_limit = time_limit
+        self.progress = progress
+        self.capacity = capacity
+        self.start = start
+        self.exact = problem.loss_kind == "count"
+        scale = float(problem.weight.sum())
+        if problem.loss_kind == "sse":
+            scale = float(problem.stats[:, -1].sum())  # total squared error of the root
+        self.atol = ATOL * max(scale, 1.0)
+        self.runner: KernelRunner | None = None
+        self.incumbent = np.inf
+        self.splits = None
+        self.lower_bound = -np.inf
+        self.status = "optimal"
+        self.iterations = 0
+        self.frontier_sizes: list[int] = []
+        self.capacity_history: list[int] = []
+        self.tuples_explored = 0
+
+    # -- incumbent and pruning ------------------------------------------------------
+    def tolerance(self) -> float:
+        return 0.0 if self.exact else RTOL * abs(self.incumbent) + self.atol
+
+    def can_improve(self, lower: np.ndarray) -> np.ndarray:
+        """True where a lower bound does not rule out beating the incumbent."""
+        if self.exact:  # integer counts: the incumbent is achieved, ties need not be kept
+            return lower < self.incumbent
+        return lower <= self.incumbent + self.tolerance()
+
+    def offer(self, value: float, splits) -> None:
+        if value < self.incumbent:
+            self.incumbent = float(value)
+            self.splits = splits
+
+    def stump_splits(self, mask: np.ndarray, feature: int | None = None):
+        features = None if feature is None else [feature]
+        loss, f, k = best_stump(self.problem, mask, features)
+        return loss, (f, position_threshold(self.problem, f, k), None, None)
+
+    def depth2_splits(self, f0: int, t: int, f1: int, f2: int):
+        problem = self.problem
+        k = int(problem.cut_pos[f0, t])
+        left = np.zeros(problem.n, dtype=bool)
+        left[problem.perm[f0, :k]] = True
+        _, left_spec = self.stump_splits(left, f1)
+        _, right_spec = self.stump_splits(~left, f2)
+        return (f0, position_threshold(problem, f0, k), left_spec, right_spec)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    # -- depth 1 --------------------------------------------------------------------
+    def solve_depth1(self) -> None:
+        loss, splits = self.stump_splits(np.ones(self.problem.n, dtype=bool))
+        self.offer(loss, splits)
+        self.lower_bound = self.incumbent - self.tolerance()
+
+    # -- depth 2 --------------------------------------------------------------------
+    def greedy(self) -> None:
+        """Greedy depth-2 tree (best stump, then best stump on each side)."""
+        problem = self.problem
+        _, f0, k = best_stump(problem, np.ones(problem.n, dtype=bool))
+        t = int(np.searchsorted(problem.cut_pos[f0, : problem.n_thresholds[f0] + 1], k))
+        left = np.zeros(problem.n, dtype=bool)
+        left[problem.perm[f0, :k]] = True
+        loss_l, f1, _ = best_stump(problem, left)
+        loss_r, f2, _ = best_stump(problem, ~left)
+        self.offer(loss_l + loss_r, self.depth2_splits(f0, t, f1, f2))
+
+    def solve_depth2(self) -> None:
+        problem = self.problem
+        p, s = problem.p, self.s
+        self.runner = KernelRunner(problem)
+        self.greedy()
+        # The frontier: one tuple (f0, [0, u(f0)], all, all) per root feature.
+        f0 = np.arange(p)
+        lo = np.zeros(p, dtype=np.int64)
+        hi = problem.n_thresholds.astype(np.int64)
+        F1 = np.ones((p, p), dtype=bool)
+        F2 = np.ones((p, p), dtype=bool)
+        tuple_lb = np.full(p, -np.inf)
+        while len(f0):
+            self.lower_bound = min(self.incumbent, float(tuple_lb.min())) - self.tolerance()
+            if self.time_limit is not None and self.elapsed() > self.time_limit:
+                self.status = "time_limit"
+                return
+            while self.capacity < len(f0):
+                self.capacity *= 2
+            self.capacity_history.append(self.capacity)
+            self.iterations += 1
+            self.frontier_sizes.append(len(f0))
+            self.tuples_explored += len(f0)
+            f0, lo, hi, F1, F2, tuple_lb = self.step(f0, lo, hi, F1, F2)
+            self.report(tuple_lb)
+        self.lower_bound = self.incumbent - self.tolerance()
+
+    def report(self, tuple_lb: np.ndarray) -> None:
+        if self.progress is None:
+            return
+        lower = min(self.incumbent, float(tuple_lb.min(initial=np.inf)))
+        self.progress(
+            {
+                "iteration": self.iterations,
+                "frontier": int(len(tuple_lb)),
+                "incumbent": self.incumbent,
+                "lower_bound": lower,
+                "gap": self.incumbent - lower,
+                "elapsed": self.elapsed(),
+            }
+        )
+
+    def step(self, f0, lo, hi, F1, F2):
+        problem, s = self.problem, self.s
+        T, p = F1.shape
+        j = np.arange(s + 1)
+        cuts = lo[:, None] + (j[None, :] * (hi - lo)[:, None]) // s  # almost equi-spaced
+        pos = problem.cut_pos[f0[:, None], cuts]
+        ti, fi = np.nonzero(F1 | F2)
+        pre, suf = self.runner.full(f0[ti], fi, pos[ti])
+        P = np.full((T, s + 1, p), np.inf)
+        S = np.full((T, s + 1, p), np.inf)
+        in1, in2 = F1[ti, fi], F2[ti, fi]
+        P[ti[in1], :, fi[in1]] = pre[in1]
+        S[ti[in2], :, fi[in2]] = suf[in2]
+
+        # Step 1: every tree whose root cut is some t_j is evaluated exactly.
+        best_p, best_s = P.min(axis=2), S.min(axis=2)
+        value = best_p + best_s
+        flat = int(np.argmin(value))
+        i, jj = divmod(flat, s + 1)
+        if value[i, jj] < self.incumbent:
+            splits = self.depth2_splits(
+                int(f0[i]), int(cuts[i, jj]), int(np.argmin(P[i, jj])), int(np.argmin(S[i, jj]))
+            )
+            self.offer(float(value[i, jj]), splits)
+
+        # Step 2: prune each piece [t_{j-1}, t_j] with W0 = P[j-1, f1] + S[j, f2].
+        left_p, right_s = P[:, :-1, :], S[:, 1:, :]  # (T, s, p)
+        min_left, min_right = left_p.min(axis=2), right_s.min(axis=2)
+        keep1 = F1[:, None, :] & self.can_improve(left_p + min_right[..., None])
+        keep2 = F2[:, None, :] & self.can_improve(min_left[..., None] + right_s)
+        piece_lb = min_left + min_right
+        piece_lo, piece_hi = cuts[:, :-1], cuts[:, 1:]
+        alive = (piece_hi - piece_lo >= 2) & keep1.any(axis=2) & keep2.any(axis=2)
+        if self.bound != "w0" and alive.any():
+            keep1, keep2, piece_lb, alive = self.refine(
+                f0, lo, hi, piece_lo, piece_hi, left_p, right_s, keep1, keep2, piece_lb, alive
+            )
+        ti, tj = np.nonzero(alive)
+        return (
+            f0[ti],
+            piece_lo[ti, tj] + 1,
+            piece_hi[ti, tj] - 1,
+            keep1[ti, tj],
+            keep2[ti, tj],
+            piece_lb[ti, tj],
+        )
+
+    def refine(self, f0, lo, hi, piece_lo, piece_hi, left_p, right_s, keep1, keep2, piece_lb,
+               alive):
+        """Tighten W0 to W1_{s'}, W2 or L2 on the pieces that W0 kept (Lemma key-ineq)."""
+        problem = self.problem
+        ti, tj = np.nonzero(alive)
+        a, b = piece_lo[ti, tj], piece_hi[ti, tj]  # threshold indices of each piece
+        width = b - a
+        if self.bound == "w1":
+            parent = np.maximum(hi[ti] - lo[ti], 1)
+            sub = np.floor(W1_FACTOR * problem.n * self.s / parent).astype(np.int64)
+            sub = np.clip(sub, 1, np.minimum(width, W1_MAX_SUBCUTS))
+        else:
+            sub = width  # every threshold of the piece
+        n_cuts = int(sub.max()) + 1
+        k = np.minimum(np.arange(n_cuts)[None, :], sub[:, None])
+        sub_t = a[:, None] + (k * width[:, None]) // sub[:, None]  # (N, K'), padded
+        roots = f0[ti]
+        sub_pos = problem.cut_pos[roots[:, None], sub_t]
+        rows_piece, rows_f = np.nonzero(keep1[ti, tj] | keep2[ti, tj])
+        args = (roots[rows_piece], rows_f)
+        if self.bound == "l2":
+            pre, suf = self.runner.full(*args, sub_pos[rows_piece])
+        else:
+            mid_lo = problem.cut_pos[roots, a]
+            mid_hi = problem.cut_pos[roots, b]
+            pre, suf = self.runner.gathered(
+                *args, mid_lo[rows_piece], mid_hi[rows_piece], sub_pos[rows_piece]
+            )
+        N, p = len(ti), keep1.shape[2]
+        A = np.full((N, n_cuts, p), np.inf)
+        B = np.full((N, n_cuts, p), np.inf)
+        k1 = keep1[ti, tj][rows_piece, rows_f]
+        k2 = keep2[ti, tj][rows_piece, rows_f]
+        A[rows_piece[k1], :, rows_f[k1]] = pre[k1]
+        B[rows_piece[k2], :, rows_f[k2]] = suf[k2]
+        if self.bound == "l2":
+            term1, term2 = A, B
+        else:
+            term1 = A + left_p[ti, tj][:, None, :]
+            term2 = B + right_s[ti, tj][:, None, :]
+            if self.bound == "w1":  # drop the samples between consecutive sub-cuts
+                term1, term2 = term1[:, :-1], term2[:, 1:]
+        min1, min2 = term1.min(axis=2), term2.min(axis=2)  # (N, K)
+        new1 = keep1[ti, tj] & self.can_improve((term1 + min2[..., None]).min(axis=1))
+        new2 = keep2[ti, tj] & self.can_improve((term2 + min1[..., None]).min(axis=1))
+        keep1, keep2 = keep1.copy(), keep2.copy()
+        keep1[ti, tj], keep2[ti, tj] = new1, new2
+        piece_lb = piece_lb.copy()
+        piece_lb[ti, tj] = np.maximum(piece_lb[ti, tj], (min1 + min2).min(axis=1))
+        alive = alive & keep1.any(axis=2) & keep2.any(axis=2)
+        return keep1, keep2, piece_lb, alive
+
+    # -- result -----------------------------------------------------------------------
+    def result(self, depth: int) -> SolveResult:
+        problem = self.problem
+        tree = build_tree(problem, self.splits)
+        objective = tree_objective(tree, problem)
+        lower = min(self.lower_bound, objective)
+        if self.status == "optimal" and self.exact:
+            lower = objective
+        stats = {
+            "iterations": self.iterations,
+            "frontier_sizes": self.frontier_sizes,
+            "peak_frontier": max(self.frontier_sizes, default=0),
+            "tuples_explored": self.tuples_explored,
+            "capacity_history": self.capacity_history,
+            "compile_seconds": self.runner.compile_seconds if self.runner else 0.0,
+            "compiles": self.runner.compiles if self.runner else 0,
+            "rows_evaluated": self.runner.rows_evaluated if self.runner else 0,
+            "cut_evaluations": self.runner.cut_evaluations if self.runner else 0,
+            "bound": self.bound,
+            "s": self.s,
+        }
+        total = self.elapsed()
+        stats["solve_seconds"] = total - stats["compile_seconds"]
+        stats["total_seconds"] = total
+        return SolveResult(
+            tree=tree,
+            objective=objective,
+            lower_bound=float(lower),
+            gap=float(max(0.0, objective - lower)),
+            status=self.status,
+            stats=stats,
+            task=problem.task,
+            depth=depth,
+            classes=problem.classes,
+            n_features=problem.p,
+        )

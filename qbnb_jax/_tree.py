@@ -1,0 +1,161 @@
+"""A fitted tree as flat host arrays (the layout of ``sklearn.tree._tree.Tree``).
+
+Nodes are stored in depth-first preorder: node 0 is the root, a node's left subtree
+comes before its right subtree. Leaves have ``feature == LEAF`` and
+``children_left == children_right == LEAF``. A sample goes left when
+``x[feature] <= threshold``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import numpy as np
+
+LEAF = -1
+Task = Literal["classification", "regression"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Tree:
+    """A binary decision tree held in numpy arrays.
+
+    **Attributes:**
+
+    - `children_left`, `children_right`: int32 `(n_nodes,)`, `LEAF` (-1) at leaves.
+    - `feature`: int32 `(n_nodes,)`, the split feature, `LEAF` at leaves.
+    - `threshold`: float64 `(n_nodes,)`, the split threshold, NaN at leaves.
+    - `value`: float64 `(n_nodes, k)`. Classification: weighted class counts in the node
+      (`k` = number of classes, columns in encoded-class order). Regression: weighted
+      mean of each target (`k` = number of targets).
+    - `weighted_n_node_samples`: float64 `(n_nodes,)`, training weight in the node.
+    - `task`: `"classification"` or `"regression"`.
+    """
+
+    children_left: np.ndarray
+    children_right: np.ndarray
+    feature: np.ndarray
+    threshold: np.ndarray
+    value: np.ndarray
+    weighted_n_node_samples: np.ndarray
+    task: Task
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.feature.shape[0])
+
+    @property
+    def n_leaves(self) -> int:
+        return int(np.sum(self.children_left == LEAF))
+
+    @property
+    def max_depth(self) -> int:
+        depth = np.zeros(self.n_nodes, dtype=np.int64)
+        for node in range(self.n_nodes):  # preorder: parents come first
+            for child in (self.children_left[node], self.children_right[node]):
+                if child != LEAF:
+                    depth[child] = depth[node] + 1
+        return int(depth.max(initial=0))
+
+    def apply(self, X: np.ndarray) -> np.ndarray:
+        """Index of the leaf each row of `X` (n, p) lands in, shape (n,)."""
+        X = np.asarray(X, dtype=np.float64)
+        node = np.zeros(X.shape[0], dtype=np.int64)
+        for _ in range(self.n_nodes):
+            feat = self.feature[node]
+            internal = feat != LEAF
+            if not internal.any():
+                break
+            rows = np.nonzero(internal)[0]
+            go_left = X[rows, feat[rows]] <= self.threshold[node[rows]]
+            node[rows] = np.where(
+                go_left, self.children_left[node[rows]], self.children_right[node[rows]]
+            )
+        return node
+
+    def predict_value(self, X: np.ndarray) -> np.ndarray:
+        """Leaf `value` row of each sample, shape (n, k)."""
+        return self.value[self.apply(X)]
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Encoded class (lowest index on ties) or target means (n, m)."""
+        values = self.predict_value(X)
+        if self.task == "classification":
+            return np.argmax(values, axis=1)
+        return values
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """Class shares of the training weight in each sample's leaf, shape (n, C)."""
+        if self.task != "classification":
+            raise ValueError("predict_proba is only defined for classification trees.")
+        counts = self.predict_value(X)
+        totals = counts.sum(axis=1, keepdims=True)
+        uniform = np.full_like(counts, 1.0 / counts.shape[1])
+        return np.where(totals > 0, counts / np.where(totals > 0, totals, 1.0), uniform)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description of the tree (see `Tree.from_dict`)."""
+        return {
+            "task": self.task,
+            "children_left": self.children_left.tolist(),
+            "children_right": self.children_right.tolist(),
+            "feature": self.feature.tolist(),
+            "threshold": [None if np.isnan(t) else float(t) for t in self.threshold],
+            "value": self.value.tolist(),
+            "weighted_n_node_samples": self.weighted_n_node_samples.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Tree:
+        """Rebuild a tree from `to_dict` output, checking that it is a valid tree."""
+        try:
+            tree = cls(
+                children_left=np.asarray(data["children_left"], dtype=np.int32),
+                children_right=np.asarray(data["children_right"], dtype=np.int32),
+                feature=np.asarray(data["feature"], dtype=np.int32),
+                threshold=np.asarray(
+                    [np.nan if t is None else t for t in data["threshold"]], dtype=np.float64
+                ),
+                value=np.asarray(data["value"], dtype=np.float64),
+                weighted_n_node_samples=np.asarray(
+                    data["weighted_n_node_samples"], dtype=np.float64
+                ),
+                task=data["task"],
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"Malformed tree description: {err}") from None
+        tree.check()
+        return tree
+
+    def check(self) -> None:
+        """Raise `ValueError` unless the arrays describe one well-formed binary tree."""
+        n = self.n_nodes
+        if self.task not in ("classification", "regression"):
+            raise ValueError(f"Malformed tree: unknown task {self.task!r}.")
+        for name in ("children_left", "children_right", "threshold", "weighted_n_node_samples"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"Malformed tree: {name} must have shape ({n},).")
+        if self.value.ndim != 2 or self.value.shape[0] != n or n == 0:
+            raise ValueError(f"Malformed tree: value must have shape ({n}, k) with n >= 1.")
+        leaf = self.feature == LEAF
+        if np.any(leaf != (self.children_left == LEAF)) or np.any(
+            leaf != (self.children_right == LEAF)
+        ):
+            raise ValueError("Malformed tree: leaves and children disagree.")
+        if np.any(~leaf & ~np.isfinite(self.threshold)):
+            raise ValueError("Malformed tree: an internal node has no finite threshold.")
+        children = np.concatenate([self.children_left[~leaf], self.children_right[~leaf]])
+        if np.any(children <= 0) or np.any(children >= n) or len(set(children.tolist())) != len(
+            children
+        ):
+            raise ValueError("Malformed tree: children must be distinct nodes 1..n_nodes-1.")
+        if len(children) != n - 1:
+            raise ValueError("Malformed tree: every node but the root must have one parent.")
+        parents = np.nonzero(~leaf)[0]
+        if np.any(self.children_left[parents] <= parents) or np.any(
+            self.children_right[parents] <= parents
+        ):
+            raise ValueError("Malformed tree: nodes must be in preorder (child after parent).")
+        if np.any(self.feature[~leaf] < 0):
+            raise ValueError("Malformed tree: negative split feature.")
