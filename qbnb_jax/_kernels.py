@@ -4,8 +4,8 @@ Every bound of the paper reduces to one primitive, `L1(S, f)`: the best stump of
 sample set `S` on feature `f`. Here `S` is always "samples whose position in root
 feature f0's order lies in [lo, c)" (a prefix-like set) or "in [c, hi)" (its
 complement within [lo, hi)), for a handful of cut positions `c` at once. One row of
-work is one (f0, f, cuts) triple; rows are batched with `vmap` and chunked with
-`lax.map` so that the `(rows, cuts, n)` intermediates stay cache sized.
+work is one (f0, f, cuts) triple; a call handles a small batch of rows with `vmap`,
+sized by the caller so that the `(rows, cuts, n)` intermediates stay cache sized.
 """
 
 from __future__ import annotations
@@ -167,6 +167,26 @@ def _full_row(data: SweepData, f0: Array, f: Array, cuts: Array) -> tuple[Array,
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
+def _windowed_row(
+    data: SweepData, f0: Array, f: Array, lo: Array, hi: Array, cuts: Array
+) -> tuple[Array, Array]:
+    key = data.rank_in_root[f0, f]
+    window = (key >= lo) & (key < hi)  # (n,)
+    inside = window[None, :] & (key[None, :] < cuts[:, None])  # (K, n)
+    scan = data.sorted_scan[f]
+    contrib = jnp.where(inside[..., None], scan[None], 0)
+    left = jnp.cumsum(contrib, axis=1, dtype=contrib.dtype)
+    base = jnp.cumsum(jnp.where(window[:, None], scan, 0), axis=0, dtype=scan.dtype)
+    valid = data.cut_valid[f][1:]
+    cum = data.root_cum[f0]
+    pre_tot = cum[cuts] - cum[lo][None]
+    suf_tot = cum[hi][None] - cum[cuts]
+    pre_scan = left[:, -1]
+    prefix = _best_scores(data, left, pre_scan, valid)
+    suffix = _best_scores(data, base[None] - left, base[-1][None] - pre_scan, valid)
+    return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
+
+
 def _gathered_row(
     data: SweepData, f0: Array, f: Array, lo: Array, hi: Array, cuts: Array, length: int
 ) -> tuple[Array, Array]:
@@ -192,22 +212,13 @@ def _gathered_row(
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
-def _chunked(row_fn, chunk: int, *row_args):
-    """Apply `row_fn` to every row, `chunk` rows at a time (rows % chunk == 0)."""
-    rows = row_args[0].shape[0]
-    shaped = [a.reshape((rows // chunk, chunk) + a.shape[1:]) for a in row_args]
-    out = jax.lax.map(lambda args: jax.vmap(row_fn)(*args), tuple(shaped))
-    return tuple(o.reshape((rows,) + o.shape[2:]) for o in out)
-
-
-@functools.partial(jax.jit, static_argnames=("chunk",))
+@jax.jit
 def sweep_full(
     data: SweepData,
     f0: Int[Array, " rows"],
     f: Int[Array, " rows"],
     cuts: Int[Array, "rows K"],
-    *,
-    chunk: int,
+
 ) -> tuple[Shaped[Array, "rows K"], Shaped[Array, "rows K"]]:
     """Best stumps on feature `f` of the prefix and suffix of f0's order at each cut.
 
@@ -216,14 +227,30 @@ def sweep_full(
     - `data`: the problem's `SweepData`.
     - `f0`, `f`: root feature and stump feature per row.
     - `cuts`: positions in f0's order (number of samples sent left).
-    - `chunk`: rows processed together (static); rows must be a multiple of it.
 
     **Returns:** `(prefix, suffix)`, each `(rows, K)`: `L1(prefix_c, f)`, `L1(suffix_c, f)`.
     """
-    return _chunked(functools.partial(_full_row, data), chunk, f0, f, cuts)
+    return jax.vmap(functools.partial(_full_row, data))(f0, f, cuts)
 
 
-@functools.partial(jax.jit, static_argnames=("chunk", "length"))
+@jax.jit
+def sweep_windowed(
+    data: SweepData,
+    f0: Int[Array, " rows"],
+    f: Int[Array, " rows"],
+    lo: Int[Array, " rows"],
+    hi: Int[Array, " rows"],
+    cuts: Int[Array, "rows K"],
+
+) -> tuple[Shaped[Array, "rows K"], Shaped[Array, "rows K"]]:
+    """`L1([lo, c), f)` and `L1([c, hi), f)` over positions of f0's order, scanning all n.
+
+    The choice for wide windows, where gathering and sorting would cost more.
+    """
+    return jax.vmap(functools.partial(_windowed_row, data))(f0, f, lo, hi, cuts)
+
+
+@functools.partial(jax.jit, static_argnames=("length",))
 def sweep_gathered(
     data: SweepData,
     f0: Int[Array, " rows"],
@@ -232,7 +259,6 @@ def sweep_gathered(
     hi: Int[Array, " rows"],
     cuts: Int[Array, "rows K"],
     *,
-    chunk: int,
     length: int,
 ) -> tuple[Shaped[Array, "rows K"], Shaped[Array, "rows K"]]:
     """As `sweep_full`, restricted to samples at positions [lo, hi) of f0's order.
@@ -241,5 +267,4 @@ def sweep_gathered(
     O(length) per cut rather than O(n): this is what makes W1 cheap (paper, Lemma
     compare-cost). Returns `L1([lo, c), f)` and `L1([c, hi), f)` for each cut `c`.
     """
-    row = functools.partial(_gathered_row, data, length=length)
-    return _chunked(row, chunk, f0, f, lo, hi, cuts)
+    return jax.vmap(functools.partial(_gathered_row, data, length=length))(f0, f, lo, hi, cuts)

@@ -14,20 +14,26 @@ import jax
 import numpy as np
 
 from ._data import Problem
-from ._kernels import SweepData, sweep_full, sweep_gathered
+from ._kernels import SweepData, sweep_full, sweep_gathered, sweep_windowed
 
 # Elements of the (chunk, cuts, length, channels) intermediate processed at once:
 # small enough to stay in cache (DESIGN.md: 16-64 rows of a few thousand samples).
 CHUNK_ELEMENTS = 1 << 19
 MAX_CHUNK = 64
-MAX_ROWS = 1024  # rows per call; larger batches are split (bounded memory)
 MAX_CUTS = 32  # cuts per row per call; more are split into blocks
+# Windows longer than n / GATHER_SHARE are scanned in place rather than gathered.
+GATHER_SHARE = 4
+WINDOW_CUTS = 8  # cuts per call for windowed and gathered rows
 
 _COMPILED: dict[tuple, object] = {}
 
 
 def _pow2_at_least(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
+
+
+def _pow4_at_least(x: int) -> int:
+    return 1 << 2 * -(-max(0, int(x) - 1).bit_length() // 2)
 
 
 def _pow2_at_most(x: int) -> int:
@@ -65,14 +71,14 @@ class KernelRunner:
         per_row = cuts * (length + 1) * int(self.data.sorted_scan.shape[-1])
         return max(1, min(MAX_CHUNK, _pow2_at_most(CHUNK_ELEMENTS // max(per_row, 1))))
 
-    def _run(self, name, fn, length, row_arrays, cuts, extra_statics):
+    def _run(self, name, fn, length, row_arrays, cuts, extra_statics, cut_block=MAX_CUTS):
         """Pad rows/cuts to buckets, split into calls, return (prefix, suffix) numpy."""
         rows, n_cuts = cuts.shape
         out_pre = np.empty((rows, n_cuts), dtype=np.float64)
         out_suf = np.empty((rows, n_cuts), dtype=np.float64)
         if rows == 0:
             return out_pre, out_suf
-        cut_block = min(_pow2_at_least(n_cuts), MAX_CUTS)
+        cut_block = min(_pow2_at_least(n_cuts), cut_block)
         chunk = self._chunk(cut_block, length)
         for c0 in range(0, n_cuts, cut_block):
             block = cuts[:, c0 : c0 + cut_block]
@@ -81,30 +87,45 @@ class KernelRunner:
                 block = np.concatenate(
                     [block, np.repeat(block[:, -1:], cut_block - width, axis=1)], axis=1
                 )
-            for r0 in range(0, rows, MAX_ROWS):
-                r1 = min(rows, r0 + MAX_ROWS)
-                bucket = max(chunk, _pow2_at_least(r1 - r0))
-                pad = bucket - (r1 - r0)
+            pending = []
+            for r0 in range(0, rows, chunk):  # one cache-sized call per chunk of rows
+                r1 = min(rows, r0 + chunk)
+                pad = chunk - (r1 - r0)
                 args = [np.pad(a[r0:r1], (0, pad)).astype(np.int32) for a in row_arrays]
                 args.append(np.pad(block[r0:r1], ((0, pad), (0, 0))).astype(np.int32))
-                statics = {"chunk": chunk, **extra_statics}
                 call_args = (self.data, *args)
-                exe = self._executable(name, fn, call_args, statics)
-                pre, suf = exe(*call_args)
+                exe = self._executable(name, fn, call_args, extra_statics)
+                pending.append((r0, r1, exe(*call_args)))  # dispatched asynchronously
+            for r0, r1, (pre, suf) in pending:
                 out_pre[r0:r1, c0 : c0 + width] = np.asarray(pre)[: r1 - r0, :width]
                 out_suf[r0:r1, c0 : c0 + width] = np.asarray(suf)[: r1 - r0, :width]
-                self.rows_evaluated += r1 - r0
-                self.cut_evaluations += (r1 - r0) * width
+            self.rows_evaluated += rows
+            self.cut_evaluations += rows * width
         return out_pre, out_suf
 
     def full(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray):
         """`L1(prefix_c, f)` and `L1(suffix_c, f)` over all samples, f0's order."""
         return self._run("full", sweep_full, self.data.length, [f0, f], cuts, {})
 
-    def gathered(self, f0, f, lo, hi, cuts):
-        """As `full`, restricted to samples at positions [lo, hi) of f0's order."""
-        longest = int(np.max(hi - lo, initial=1))
-        length = max(8, _pow2_at_least(longest))
-        return self._run(
-            "gathered", sweep_gathered, length, [f0, f, lo, hi], cuts, {"length": length}
-        )
+    def window(self, f0, f, lo, hi, cuts):
+        """As `full`, restricted to samples at positions [lo, hi) of f0's order.
+
+        Rows whose window is a large share of n scan all n samples; the others gather
+        their window's samples and sort them, grouped by length (steps of 4x).
+        """
+        pre = np.empty(cuts.shape)
+        suf = np.empty(cuts.shape)
+        n = self.data.length
+        bucket = np.array([max(16, _pow4_at_least(w)) for w in hi - lo], dtype=np.int64)
+        wide = bucket * GATHER_SHARE > n
+        groups = [("windowed", sweep_windowed, n, wide, {})]
+        for length in np.unique(bucket[~wide]):
+            rows = ~wide & (bucket == length)
+            groups.append(("gathered", sweep_gathered, int(length), rows, {"length": int(length)}))
+        for name, fn, length, rows, statics in groups:
+            if rows.any():
+                args = [f0[rows], f[rows], lo[rows], hi[rows]]
+                pre[rows], suf[rows] = self._run(
+                    name, fn, length, args, cuts[rows], statics, cut_block=WINDOW_CUTS
+                )
+        return pre, suf

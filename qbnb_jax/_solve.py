@@ -316,9 +316,16 @@ class _Search:
         a, b = piece_lo[ti, tj], piece_hi[ti, tj]  # threshold indices of each piece
         width = b - a
         if self.bound == "w1":
-            parent = np.maximum(hi[ti] - lo[ti], 1)
-            sub = np.floor(W1_FACTOR * problem.n * self.s / parent).astype(np.int64)
-            sub = np.clip(sub, 1, np.minimum(width, W1_MAX_SUBCUTS))
+            # The paper's s' = 0.6 n s / (b - a), counted in samples rather than
+            # thresholds so that a gathered piece costs about 0.6 n per row. With
+            # s' = 1, W1 equals W0: such pieces are not refined.
+            parent = problem.cut_pos[f0[ti], hi[ti]] - problem.cut_pos[f0[ti], lo[ti]]
+            sub = np.floor(W1_FACTOR * problem.n * self.s / np.maximum(parent, 1))
+            sub = np.minimum(sub.astype(np.int64), np.minimum(width, W1_MAX_SUBCUTS))
+            useful = sub >= 2
+            ti, tj, a, b, width, sub = (x[useful] for x in (ti, tj, a, b, width, sub))
+            if len(ti) == 0:
+                return keep1, keep2, piece_lb, alive
         else:
             sub = width  # every threshold of the piece
         n_cuts = int(sub.max()) + 1
@@ -333,7 +340,7 @@ class _Search:
         else:
             mid_lo = problem.cut_pos[roots, a]
             mid_hi = problem.cut_pos[roots, b]
-            pre, suf = self.runner.gathered(
+            pre, suf = self.runner.window(
                 *args, mid_lo[rows_piece], mid_hi[rows_piece], sub_pos[rows_piece]
             )
         N, p = len(ti), keep1.shape[2]
