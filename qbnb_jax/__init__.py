@@ -2,9 +2,31 @@
 
 import importlib.metadata
 
+from ._estimator import (
+    OptimalTreeClassifier as OptimalTreeClassifier,
+    OptimalTreeRegressor as OptimalTreeRegressor,
+)
+from ._export import (
+    export_graphviz as export_graphviz,
+    export_text as export_text,
+    load_tree as load_tree,
+    plot_tree as plot_tree,
+    save_tree as save_tree,
+)
 from ._solve import SolveResult as SolveResult, solve as solve
 from ._tree import Tree as Tree
 
 __version__ = importlib.metadata.version("qbnb_jax")
 
-__all__ = ["SolveResult", "Tree", "solve"]
+__all__ = [
+    "OptimalTreeClassifier",
+    "OptimalTreeRegressor",
+    "SolveResult",
+    "Tree",
+    "export_graphviz",
+    "export_text",
+    "load_tree",
+    "plot_tree",
+    "save_tree",
+    "solve",
+]

@@ -38,6 +38,7 @@ class Problem:
     cut_valid: np.ndarray  # bool (p, n+1): a threshold may fall before sorted position k
     cut_pos: np.ndarray  # int32 (p, n+1): threshold index t -> samples left of it
     n_thresholds: np.ndarray  # int32 (p,): u(f); threshold indices run 0..u(f)
+    weight_left: np.ndarray  # float64 (p, n+1): training weight left of threshold index t
     classes: np.ndarray | None
     y_offset: np.ndarray | None  # regression: the weighted mean removed from y
     y: np.ndarray  # encoded labels (n,) or centred targets (n, m)
@@ -217,6 +218,10 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
         inner = np.nonzero(cut_valid[f, 1:n])[0] + 1
         cut_pos[f, 0] = 0
         cut_pos[f, 1 : 1 + len(inner)] = inner
+    cum_weight = np.concatenate(
+        [np.zeros((p, 1)), np.cumsum(w[perm], axis=1)], axis=1
+    )  # (p, n+1) in each feature's order
+    weight_left = np.take_along_axis(cum_weight, cut_pos, axis=1)
     return Problem(
         task=task,
         loss_kind=loss_kind,
@@ -228,6 +233,7 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
         cut_valid=cut_valid,
         cut_pos=cut_pos,
         n_thresholds=n_thresholds,
+        weight_left=weight_left,
         classes=classes,
         y_offset=offset,
         y=y_enc,

@@ -294,6 +294,12 @@ class _Search:
         piece_lb = min_left + min_right
         piece_lo, piece_hi = cuts[:, :-1], cuts[:, 1:]
         alive = (piece_hi - piece_lo >= 2) & keep1.any(axis=2) & keep2.any(axis=2)
+        child_lo, child_hi = piece_lo + 1, piece_hi - 1  # endpoints are solved exactly
+        if problem.task == "classification" and alive.any():
+            keep1, keep2, piece_lb, child_lo, child_hi = self.slack(
+                f0, P, S, piece_lo, piece_hi, keep1, keep2, piece_lb, child_lo, child_hi, alive
+            )
+            alive &= (child_lo <= child_hi) & keep1.any(axis=2) & keep2.any(axis=2)
         if self.bound != "w0" and alive.any():
             keep1, keep2, piece_lb, alive = self.refine(
                 f0, lo, hi, piece_lo, piece_hi, left_p, right_s, keep1, keep2, piece_lb, alive
@@ -301,12 +307,63 @@ class _Search:
         ti, tj = np.nonzero(alive)
         return (
             f0[ti],
-            piece_lo[ti, tj] + 1,
-            piece_hi[ti, tj] - 1,
+            child_lo[ti, tj],
+            child_hi[ti, tj],
             keep1[ti, tj],
             keep2[ti, tj],
             piece_lb[ti, tj],
         )
+
+    def slack(self, f0, P, S, piece_lo, piece_hi, keep1, keep2, piece_lb, child_lo, child_hi,
+              alive):
+        """Classification only: bounds from moving a cut by a few samples (DESIGN.md 3).
+
+        Moving the root cut so that samples of total weight x change sides changes
+        each side's best-stump loss by at most x. For a root cut inside a piece whose
+        samples weigh W, with x the weight between t_{j-1} and the cut:
+        `P(t) >= max(P_a, P_b - (W - x))` and `S(t) >= max(S_b, S_a - x)`. Minimised
+        over x this gives the pair bound `max(P_a + S_b, P_b + S_a - W)`; the x where
+        it can still beat the incumbent form an interval, which shrinks the piece.
+        """
+        problem = self.problem
+        pa, pb = P[:, :-1, :], P[:, 1:, :]  # (T, s, p)
+        sa, sb = S[:, :-1, :], S[:, 1:, :]
+        w_left = problem.weight_left[f0[:, None], piece_lo]
+        width = problem.weight_left[f0[:, None], piece_hi] - w_left  # (T, s)
+        keep1, keep2, piece_lb = keep1.copy(), keep2.copy(), piece_lb.copy()
+        ti, tj = np.nonzero(alive)
+        block = max(1, (1 << 22) // (keep1.shape[2] ** 2))
+        for b0 in range(0, len(ti), block):
+            i, j = ti[b0 : b0 + block], tj[b0 : b0 + block]
+            pair = np.maximum(
+                pa[i, j][:, :, None] + sb[i, j][:, None, :],
+                pb[i, j][:, :, None] + sa[i, j][:, None, :] - width[i, j][:, None, None],
+            )
+            ok = self.can_improve(pair) & keep1[i, j][:, :, None] & keep2[i, j][:, None, :]
+            keep1[i, j], keep2[i, j] = ok.any(axis=2), ok.any(axis=1)
+            piece_lb[i, j] = np.maximum(piece_lb[i, j], pair.min(axis=(1, 2)))
+        # Feasible x: P_a + S_a - x < U and P_b + S_b - W + x < U (with the pair's
+        # other terms already checked above); a superset of the kept pairs is safe.
+        big = np.inf
+        min_pa = np.where(keep1, pa, big).min(axis=2)
+        min_pb = np.where(keep1, pb, big).min(axis=2)
+        min_sa = np.where(keep2, sa, big).min(axis=2)
+        min_sb = np.where(keep2, sb, big).min(axis=2)
+        slackness = 0.0 if self.exact else self.tolerance()
+        x_low = min_pa + min_sa - self.incumbent - slackness  # need x > x_low
+        x_high = self.incumbent + slackness - min_pb - min_sb + width  # need x < x_high
+        child_lo, child_hi = child_lo.copy(), child_hi.copy()
+        for root in np.unique(f0[ti]):
+            sel = alive & (f0 == root)[:, None]
+            table = problem.weight_left[root, : problem.n_thresholds[root] + 1]
+            side = "right" if self.exact else "left"
+            first = np.searchsorted(table, w_left[sel] + x_low[sel], side=side)
+            last = np.searchsorted(table, w_left[sel] + x_high[sel], side="left") - 1
+            if not self.exact:
+                last = np.searchsorted(table, w_left[sel] + x_high[sel], side="right") - 1
+            child_lo[sel] = np.maximum(child_lo[sel], first)
+            child_hi[sel] = np.minimum(child_hi[sel], last)
+        return keep1, keep2, piece_lb, child_lo, child_hi
 
     def refine(self, f0, lo, hi, piece_lo, piece_hi, left_p, right_s, keep1, keep2, piece_lb,
                alive):

@@ -1,0 +1,588 @@
+"""scikit-learn estimators around `qbnb_jax.solve`.
+
+`OptimalTreeClassifier` and `OptimalTreeRegressor` follow the conventions of
+`sklearn.tree.DecisionTreeClassifier` (STYLE.md section 4): a keyword-only `__init__`
+that stores its parameters verbatim, all validation in `fit`, `validate_data` /
+`check_is_fitted` from scikit-learn's public API, and fitted attributes with a trailing
+underscore. The fitted tree (`tree_`) is a `qbnb_jax._tree.Tree` of host numpy arrays,
+so estimators pickle and `clone` like any scikit-learn estimator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import warnings
+from collections.abc import Callable
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._tree import LEAF, Tree
+
+BOUNDS = ("w0", "w1", "w2", "l2")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+# name -> (accepts value?, what the value must be). Checked at the start of `fit`.
+_PARAMETER_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "max_depth": (lambda v: _is_int(v) and v >= 1, "an int in the range [1, inf)"),
+    "bound": (lambda v: isinstance(v, str) and v in BOUNDS, f"a str among {list(BOUNDS)}"),
+    "time_limit": (
+        lambda v: v is None or (_is_real(v) and not math.isnan(v) and v > 0),
+        "None or a float in the range (0, inf]",
+    ),
+    "verbose": (
+        lambda v: isinstance(v, bool) or (_is_int(v) and v >= 0),
+        "a bool or an int in the range [0, inf)",
+    ),
+    "s": (lambda v: _is_int(v) and v >= 2, "an int in the range [2, inf)"),
+}
+
+
+def _get_solve() -> Callable[..., Any]:
+    """`qbnb_jax.solve`, looked up at call time (the package imports this module)."""
+    import qbnb_jax
+
+    return qbnb_jax.solve
+
+
+def format_progress(info: dict[str, Any]) -> str:
+    """One human-readable line for a `progress` dict of `qbnb_jax.solve`."""
+
+    def num(key: str, fmt: str) -> str:
+        value = info.get(key)
+        if value is None:
+            return "-"
+        try:
+            return format(value, fmt)
+        except (TypeError, ValueError):
+            return str(value)
+
+    return (
+        f"iter {num('iteration', '>4')}  frontier {num('frontier', '>8')}  "
+        f"incumbent {num('incumbent', '.6g')}  lower bound {num('lower_bound', '.6g')}  "
+        f"gap {num('gap', '.3g')}  elapsed {num('elapsed', '.2f')}s"
+    )
+
+
+def print_progress(info: dict[str, Any]) -> None:
+    """A `progress` callback that prints `format_progress(info)` to stderr."""
+    print(format_progress(info), file=sys.stderr, flush=True)
+
+
+def _canonical_rows(
+    X: np.ndarray, y_cols: np.ndarray, sample_weight: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Merge identical `(x, y)` rows (summing weights) and sort rows lexicographically.
+
+    The optimal objective is unchanged, but the solver then sees the same problem
+    whatever the row order and whether a sample is repeated or weighted, so ties
+    between equally good trees are broken the same way in all those cases.
+    Returns `(X, y_cols, weights)`; `weights` is None when every merged weight is 1
+    and no weights were given.
+    """
+    Z = np.concatenate([X, y_cols], axis=1)
+    rows, inverse = np.unique(Z, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    weights = np.ones(X.shape[0]) if sample_weight is None else sample_weight
+    merged = np.bincount(inverse, weights=weights, minlength=rows.shape[0])
+    if sample_weight is None and rows.shape[0] == X.shape[0]:
+        merged_out = None
+    else:
+        merged_out = merged
+    p = X.shape[1]
+    return rows[:, :p], rows[:, p:], merged_out
+
+
+def _check_sample_weight(sample_weight: Any, n: int) -> np.ndarray | None:
+    if sample_weight is None:
+        return None
+    w = np.asarray(sample_weight)
+    if w.ndim == 0:
+        w = np.full(n, w)
+    if w.dtype == object or not (
+        np.issubdtype(w.dtype, np.number) or np.issubdtype(w.dtype, np.bool_)
+    ):
+        raise ValueError(f"sample_weight must be numeric; got dtype {w.dtype}.")
+    w = w.astype(np.float64)
+    if w.shape != (n,):
+        raise ValueError(f"sample_weight.shape == {w.shape}, expected {(n,)}!")
+    if not np.all(np.isfinite(w)):
+        raise ValueError("sample_weight contains NaN or infinity.")
+    if np.any(w < 0):
+        raise ValueError("Negative values in data passed to sample_weight.")
+    if not np.any(w > 0):
+        raise ValueError("sample_weight is zero everywhere: there is nothing to fit.")
+    return w
+
+
+def _widen_classes(tree: Tree, solved_classes: Any, n_classes: int) -> Tree:
+    """Give `tree.value` one column per class code `0..n_classes-1`.
+
+    The solver numbers the classes it saw; a class whose samples all have zero weight
+    may be missing there but is still in `classes_`.
+    """
+    if solved_classes is None:
+        return tree
+    codes = np.asarray(solved_classes).astype(np.int64)
+    if tree.value.shape[1] == n_classes and np.array_equal(codes, np.arange(n_classes)):
+        return tree
+    value = np.zeros((tree.n_nodes, n_classes))
+    value[:, codes] = tree.value
+    return dataclasses.replace(tree, value=value)
+
+
+class _BaseOptimalTree(BaseEstimator):
+    """Shared parameters, fitting and tree accessors."""
+
+    _task: str = ""
+    _parameter_constraints = _PARAMETER_CONSTRAINTS
+
+    def __init__(
+        self,
+        *,
+        max_depth: int = 2,
+        bound: str = "w1",
+        time_limit: float | None = None,
+        verbose: bool | int = False,
+        s: int = 3,
+    ) -> None:
+        self.max_depth = max_depth
+        self.bound = bound
+        self.time_limit = time_limit
+        self.verbose = verbose
+        self.s = s
+
+    # -- validation -------------------------------------------------------------
+
+    def _validate_params(self) -> None:
+        for name, (accepts, expected) in self._parameter_constraints.items():
+            value = getattr(self, name)
+            if not accepts(value):
+                raise ValueError(
+                    f"The {name!r} parameter of {type(self).__name__} must be {expected}. "
+                    f"Got {value!r} instead."
+                )
+
+    def _validate_X_predict(self, X: Any) -> np.ndarray:
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        needed = int(self.tree_.feature.max(initial=LEAF)) + 1
+        if X.shape[1] < needed:  # only possible for trees loaded without n_features_in_
+            raise ValueError(
+                f"X has {X.shape[1]} features, but the tree splits on feature {needed - 1}."
+            )
+        return X
+
+    # -- fitting ---------------------------------------------------------------
+
+    def _encode_y(self, y: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        """Float columns `(n, k)` to merge rows on, and the label attributes to set."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "tree_")
+
+    def _fit(
+        self,
+        X: Any,
+        y: Any,
+        sample_weight: Any = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> _BaseOptimalTree:
+        """`fit` with an explicit progress callback (used by the command line)."""
+        self._validate_params()
+        X, y = self._validate_data_fit(X, y)
+        n = X.shape[0]
+        sw = _check_sample_weight(sample_weight, n)
+        y_cols, label_attrs = self._encode_y(y)  # float (n, k): class codes or targets
+        Xc, yc, wc = _canonical_rows(X, y_cols, sw)
+
+        if self._task == "classification":
+            y_solve: np.ndarray = yc[:, 0].astype(np.int64)
+        elif yc.shape[1] == 1:
+            y_solve = yc[:, 0]
+        else:
+            y_solve = yc
+
+        if progress is None and self.verbose:
+            progress = print_progress
+        result = _get_solve()(
+            Xc,
+            y_solve,
+            task=self._task,
+            depth=self.max_depth,
+            sample_weight=wc,
+            bound=self.bound,
+            s=self.s,
+            time_limit=self.time_limit,
+            progress=progress,
+        )
+        tree = result.tree
+        if self._task == "classification":
+            tree = _widen_classes(tree, result.classes, len(label_attrs["classes_"]))
+        for name, value in label_attrs.items():
+            setattr(self, name, value)
+        self.tree_ = tree
+        self.objective_ = float(result.objective)
+        self.lower_bound_ = float(result.lower_bound)
+        self.gap_ = float(result.gap)
+        self.status_ = str(result.status)
+        stats = dict(getattr(result, "stats", None) or {})
+        self.n_iter_ = int(stats.get("iterations", 0))
+        self.solve_stats_ = stats
+        if self.status_ != "optimal":
+            warnings.warn(
+                f"{type(self).__name__} stopped with status {self.status_!r} before proving "
+                f"optimality: objective {self.objective_:.6g}, lower bound "
+                f"{self.lower_bound_:.6g}. Increase time_limit for a proved optimum.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        return self
+
+    # -- accessors -------------------------------------------------------------
+
+    def apply(self, X: Any) -> np.ndarray:
+        """Return the index of the leaf that each sample lands in.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The input samples.
+
+        Returns
+        -------
+        X_leaves : ndarray of shape (n_samples,)
+            For each sample, the index of its leaf in `tree_` (nodes are numbered in
+            depth-first preorder, the root is 0).
+        """
+        X = self._validate_X_predict(X)
+        return self.tree_.apply(X)
+
+    def get_depth(self) -> int:
+        """Return the depth of the fitted tree (a single leaf has depth 0)."""
+        check_is_fitted(self)
+        return self.tree_.max_depth
+
+    def get_n_leaves(self) -> int:
+        """Return the number of leaves of the fitted tree."""
+        check_is_fitted(self)
+        return self.tree_.n_leaves
+
+
+class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
+    """An exactly optimal shallow classification tree (Quant-BnB).
+
+    Among all binary trees of depth `max_depth` with axis-aligned splits
+    ``x[f] <= t``, finds one that minimises the (weighted) number of misclassified
+    training samples, and proves it optimal by branch and bound (Mazumder, Meng and
+    Wang, "Quant-BnB", ICML 2022). Features are used as continuous values; thresholds
+    are midpoints between consecutive distinct training values of a feature.
+
+    Parameters
+    ----------
+    max_depth : int, default=2
+        Depth of the tree. The tree is perfect (every leaf at this depth), but a split
+        may send all samples one way, so the optimum is never worse than a shallower
+        tree's.
+    bound : {"w0", "w1", "w2", "l2"}, default="w1"
+        The lower bound used to prune the search (see the paper). It changes the speed
+        of the search, never its result.
+    time_limit : float or None, default=None
+        Stop after this many seconds and keep the best tree found so far; `status_`
+        is then ``"time_limit"`` and a `ConvergenceWarning` is issued. None means no
+        limit.
+    verbose : bool or int, default=False
+        Print one progress line per branch-and-bound iteration to stderr.
+    s : int, default=3
+        Number of quantile pieces each feature interval is cut into per iteration.
+
+    Attributes
+    ----------
+    tree_ : Tree
+        The fitted tree as flat numpy arrays; ``tree_.value`` holds the weighted class
+        counts of each node, columns in the order of `classes_`.
+    classes_ : ndarray of shape (n_classes,)
+        The class labels, sorted.
+    n_classes_ : int
+        Number of classes.
+    n_features_in_ : int
+        Number of features seen during `fit`.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during `fit`. Defined only when `X` has feature names
+        that are all strings (for example a pandas DataFrame).
+    n_outputs_ : int
+        Always 1 (multi-output classification is not supported).
+    objective_ : float
+        Training loss of `tree_`: the weighted number of misclassified samples.
+    lower_bound_ : float
+        Proved lower bound on the loss of any tree of depth `max_depth`; equals
+        `objective_` when `status_` is ``"optimal"``.
+    gap_ : float
+        The optimality gap reported by the solver (0 when optimal).
+    status_ : str
+        ``"optimal"`` or ``"time_limit"``.
+    n_iter_ : int
+        Number of branch-and-bound iterations.
+    solve_stats_ : dict
+        The solver's statistics (iterations, frontier sizes, compile and solve time).
+
+    See Also
+    --------
+    OptimalTreeRegressor : The regression counterpart.
+    sklearn.tree.DecisionTreeClassifier : A greedy (CART) tree.
+
+    Notes
+    -----
+    Identical ``(x, y)`` rows are merged (their weights summed) and rows are sorted
+    before solving, so the fitted tree does not depend on the row order, and a sample
+    with weight 2 gives the same tree as the sample repeated twice. Samples with zero
+    weight are ignored (they add no candidate thresholds).
+
+    A leaf predicts its class of largest weight; ties go to the class with the lowest
+    index in `classes_`. ``predict_proba`` returns the class shares of the training
+    weight in the leaf.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from qbnb_jax import OptimalTreeClassifier
+    >>> X, y = load_iris(return_X_y=True)
+    >>> clf = OptimalTreeClassifier(max_depth=2).fit(X, y)
+    >>> clf.status_
+    'optimal'
+    >>> clf.objective_
+    6.0
+    >>> clf.predict(X[:3])
+    array([0, 0, 0])
+    """
+
+    _task = "classification"
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = False
+        tags.classifier_tags.multi_label = False
+        return tags
+
+    def _validate_data_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        return X, y
+
+    def _encode_y(self, y: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        try:
+            classes, codes = np.unique(y, return_inverse=True)
+        except TypeError as err:
+            raise ValueError(f"The labels in y cannot be sorted: {err}") from None
+        attrs = {"classes_": classes, "n_classes_": len(classes), "n_outputs_": 1}
+        return codes.reshape(-1, 1).astype(np.float64), attrs
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> OptimalTreeClassifier:
+        """Find an optimal classification tree for the training data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training features; finite numbers.
+        y : array-like of shape (n_samples,)
+            Class labels: any sortable values (ints, strings, ...).
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative sample weights. None means unit weights.
+
+        Returns
+        -------
+        self : OptimalTreeClassifier
+            The fitted estimator.
+        """
+        return self._fit(X, y, sample_weight)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predict the class of each sample.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The input samples.
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,)
+            The majority class of each sample's leaf (ties: lowest index in `classes_`).
+        """
+        X = self._validate_X_predict(X)
+        return self.classes_.take(self.tree_.predict(X), axis=0)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Predict class probabilities: the class shares of the weight in the leaf.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The input samples.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            Rows sum to 1; columns follow `classes_`. A leaf that received no training
+            weight predicts the uniform distribution.
+        """
+        X = self._validate_X_predict(X)
+        return self.tree_.predict_proba(X)
+
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        """Logarithm of `predict_proba` (``-inf`` for classes absent from the leaf).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The input samples.
+
+        Returns
+        -------
+        log_proba : ndarray of shape (n_samples, n_classes)
+        """
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+
+class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
+    """An exactly optimal shallow regression tree (Quant-BnB).
+
+    Among all binary trees of depth `max_depth` with axis-aligned splits
+    ``x[f] <= t``, finds one that minimises the (weighted) sum of squared errors,
+    summed over all target columns, and proves it optimal by branch and bound
+    (Mazumder, Meng and Wang, "Quant-BnB", ICML 2022).
+
+    Parameters
+    ----------
+    max_depth : int, default=2
+        Depth of the tree. The tree is perfect, but a split may send all samples one
+        way, so the optimum is never worse than a shallower tree's.
+    bound : {"w0", "w1", "w2", "l2"}, default="w1"
+        The lower bound used to prune the search. It changes the speed of the
+        search, never its result.
+    time_limit : float or None, default=None
+        Stop after this many seconds and keep the best tree found so far; `status_`
+        is then ``"time_limit"`` and a `ConvergenceWarning` is issued.
+    verbose : bool or int, default=False
+        Print one progress line per branch-and-bound iteration to stderr.
+    s : int, default=3
+        Number of quantile pieces each feature interval is cut into per iteration.
+
+    Attributes
+    ----------
+    tree_ : Tree
+        The fitted tree as flat numpy arrays; ``tree_.value`` holds the weighted mean
+        of each target in each node.
+    n_features_in_ : int
+        Number of features seen during `fit`.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during `fit`. Defined only when `X` has feature names
+        that are all strings.
+    n_outputs_ : int
+        Number of target columns.
+    objective_ : float
+        Training loss of `tree_`: the weighted sum of squared errors.
+    lower_bound_ : float
+        Proved lower bound on the loss of any tree of depth `max_depth`.
+    gap_ : float
+        The optimality gap reported by the solver (0 when optimal).
+    status_ : str
+        ``"optimal"`` or ``"time_limit"``.
+    n_iter_ : int
+        Number of branch-and-bound iterations.
+    solve_stats_ : dict
+        The solver's statistics (iterations, frontier sizes, compile and solve time).
+
+    See Also
+    --------
+    OptimalTreeClassifier : The classification counterpart.
+    sklearn.tree.DecisionTreeRegressor : A greedy (CART) tree.
+
+    Notes
+    -----
+    Identical ``(x, y)`` rows are merged (their weights summed) and rows are sorted
+    before solving, so the fitted tree does not depend on the row order, and a sample
+    with weight 2 gives the same tree as the sample repeated twice.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from qbnb_jax import OptimalTreeRegressor
+    >>> X = np.arange(8.0).reshape(-1, 1)
+    >>> y = np.array([0.0, 0.0, 1.0, 1.0, 5.0, 5.0, 9.0, 9.0])
+    >>> reg = OptimalTreeRegressor(max_depth=2).fit(X, y)
+    >>> reg.objective_
+    0.0
+    >>> reg.predict([[2.5], [6.5]])
+    array([1., 9.])
+    """
+
+    _task = "regression"
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+
+    def _validate_data_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+        return validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
+
+    def _encode_y(self, y: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        y = np.asarray(y, dtype=np.float64)
+        y2 = y.reshape(-1, 1) if y.ndim == 1 else y
+        return y2, {"n_outputs_": int(y2.shape[1])}
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> OptimalTreeRegressor:
+        """Find an optimal regression tree for the training data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training features; finite numbers.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Targets; finite numbers.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative sample weights. None means unit weights.
+
+        Returns
+        -------
+        self : OptimalTreeRegressor
+            The fitted estimator.
+        """
+        return self._fit(X, y, sample_weight)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predict the target(s) of each sample: the weighted mean in its leaf.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The input samples.
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            One column per target; a 1-D array when there is a single target.
+        """
+        X = self._validate_X_predict(X)
+        values = self.tree_.predict_value(X)
+        if self.n_outputs_ == 1:
+            return values[:, 0].copy()
+        return values

@@ -1,0 +1,178 @@
+"""The scikit-learn estimators: conformance suite, pickling, labels, outputs, params."""
+
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import load_iris
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from qbnb_jax import OptimalTreeClassifier, OptimalTreeRegressor
+
+
+def _expected_failed_checks(estimator):
+    return {}
+
+
+@parametrize_with_checks(
+    [OptimalTreeClassifier(), OptimalTreeRegressor()],
+    expected_failed_checks=_expected_failed_checks,
+)
+def test_sklearn_compatible_estimator(estimator, check):
+    check(estimator)
+
+
+@pytest.fixture(scope="module")
+def iris():
+    X, y = load_iris(return_X_y=True)
+    # 120 rows (every fifth row dropped) keep the problem small.
+    keep = np.arange(len(y)) % 5 != 0
+    return X[keep], y[keep]
+
+
+@pytest.fixture(scope="module")
+def fitted_clf(iris):
+    X, y = iris
+    labels = np.array(["setosa", "versicolor", "virginica"], dtype=object)[y]
+    return OptimalTreeClassifier().fit(X, labels)
+
+
+def test_fitted_attributes(fitted_clf, iris):
+    X, y = iris
+    clf = fitted_clf
+    assert list(clf.classes_) == ["setosa", "versicolor", "virginica"]
+    assert clf.n_classes_ == 3 and clf.n_outputs_ == 1 and clf.n_features_in_ == 4
+    assert clf.status_ == "optimal"
+    assert clf.gap_ == 0.0 and clf.lower_bound_ == clf.objective_
+    assert clf.n_iter_ >= 1
+    assert clf.get_depth() <= 2 and 1 <= clf.get_n_leaves() <= 4
+    # The objective is the number of training mistakes of the returned tree.
+    labels = clf.classes_[y]
+    assert clf.objective_ == np.sum(clf.predict(X) != labels)
+    leaves = clf.apply(X)
+    assert set(leaves) <= set(np.nonzero(clf.tree_.children_left == -1)[0])
+
+
+def test_predict_proba_rows_sum_to_one(fitted_clf, iris):
+    X, _ = iris
+    proba = fitted_clf.predict_proba(X)
+    assert proba.shape == (len(X), 3)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert np.all(proba >= 0)
+    np.testing.assert_array_equal(
+        fitted_clf.classes_[np.argmax(proba, axis=1)], fitted_clf.predict(X)
+    )
+    with np.errstate(divide="ignore"):
+        np.testing.assert_allclose(np.exp(fitted_clf.predict_log_proba(X)), proba)
+
+
+def test_pickle_and_clone_round_trip(fitted_clf, iris):
+    X, _ = iris
+    restored = pickle.loads(pickle.dumps(fitted_clf))
+    np.testing.assert_array_equal(restored.predict(X), fitted_clf.predict(X))
+    np.testing.assert_array_equal(restored.predict_proba(X), fitted_clf.predict_proba(X))
+    assert restored.objective_ == fitted_clf.objective_
+    cloned = clone(fitted_clf)
+    assert cloned.get_params() == fitted_clf.get_params()
+    assert not hasattr(cloned, "tree_")
+    with pytest.raises(NotFittedError):
+        cloned.predict(X)
+
+
+def test_pandas_feature_names(iris):
+    pd = pytest.importorskip("pandas")
+    X, y = iris
+    df = pd.DataFrame(X, columns=["sl", "sw", "pl", "pw"])
+    clf = OptimalTreeClassifier(max_depth=1).fit(df, pd.Series(y))
+    assert list(clf.feature_names_in_) == ["sl", "sw", "pl", "pw"]
+    with pytest.warns(UserWarning, match="fitted with feature names"):
+        from_array = clf.predict(X)
+    np.testing.assert_array_equal(clf.predict(df), from_array)
+    with pytest.raises(ValueError, match="feature names"):
+        clf.predict(df[["pw", "pl", "sw", "sl"]])
+
+
+def test_hashable_labels_and_zero_weight_class(iris):
+    X, y = iris
+    labels = np.array([10, -3, 7])[y]
+    weights = np.where(y == 2, 0.0, 1.0)  # class 7 keeps no weight
+    clf = OptimalTreeClassifier(max_depth=1).fit(X, labels, sample_weight=weights)
+    np.testing.assert_array_equal(clf.classes_, [-3, 7, 10])
+    assert clf.tree_.value.shape[1] == 3
+    assert 7 not in set(clf.predict(X))
+    assert clf.predict_proba(X).shape == (len(X), 3)
+
+
+def test_weights_equal_repetition_and_row_order(iris):
+    X, y = iris
+    rng = np.random.default_rng(0)
+    w = rng.integers(0, 3, size=len(y))
+    rep = OptimalTreeClassifier().fit(np.repeat(X, w, axis=0), np.repeat(y, w))
+    order = rng.permutation(len(y))
+    wtd = OptimalTreeClassifier().fit(X[order], y[order], sample_weight=w[order])
+    assert rep.objective_ == wtd.objective_
+    np.testing.assert_array_equal(rep.tree_.threshold, wtd.tree_.threshold)
+    np.testing.assert_array_equal(rep.predict(X), wtd.predict(X))
+
+
+def test_multi_output_regression():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 3))
+    Y = np.column_stack([X[:, 0] > 0, X[:, 1] > 0.5]).astype(float) + 0.01 * rng.normal(
+        size=(60, 2)
+    )
+    reg = OptimalTreeRegressor().fit(X, Y)
+    assert reg.n_outputs_ == 2
+    pred = reg.predict(X)
+    assert pred.shape == (60, 2)
+    np.testing.assert_allclose(reg.objective_, np.sum((pred - Y) ** 2), rtol=1e-9, atol=1e-9)
+    assert reg.score(X, Y) > 0.9
+    single = OptimalTreeRegressor().fit(X, Y[:, 0])
+    assert single.n_outputs_ == 1 and single.predict(X).shape == (60,)
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"max_depth": 0}, "'max_depth' parameter"),
+        ({"max_depth": 2.0}, "'max_depth' parameter"),
+        ({"max_depth": True}, "'max_depth' parameter"),
+        ({"bound": "w9"}, "'bound' parameter"),
+        ({"time_limit": -1.0}, "'time_limit' parameter"),
+        ({"verbose": "yes"}, "'verbose' parameter"),
+        ({"s": 1}, "'s' parameter"),
+    ],
+)
+def test_bad_parameters_raise_at_fit(params, match):
+    X = np.arange(12.0).reshape(6, 2)
+    y = np.array([0, 0, 0, 1, 1, 1])
+    clf = OptimalTreeClassifier(**params)  # __init__ only stores
+    assert clf.get_params()[next(iter(params))] is next(iter(params.values()))
+    with pytest.raises(ValueError, match=match):
+        clf.fit(X, y)
+
+
+def test_bad_sample_weight():
+    X = np.arange(12.0).reshape(6, 2)
+    y = np.array([0, 0, 0, 1, 1, 1])
+    with pytest.raises(ValueError, match="Negative"):
+        OptimalTreeClassifier().fit(X, y, sample_weight=-np.ones(6))
+    with pytest.raises(ValueError, match="zero everywhere"):
+        OptimalTreeClassifier().fit(X, y, sample_weight=np.zeros(6))
+
+
+def test_verbose_prints_progress(iris, capsys):
+    X, y = iris
+    OptimalTreeClassifier(verbose=True).fit(X, y)
+    err = capsys.readouterr().err
+    assert "iter" in err and "lower bound" in err
+
+
+def test_time_limit_warns(iris):
+    X, y = iris
+    with pytest.warns(ConvergenceWarning, match="time_limit"):
+        clf = OptimalTreeClassifier(time_limit=1e-9).fit(X, y)
+    assert clf.status_ == "time_limit"
+    assert clf.lower_bound_ <= clf.objective_
