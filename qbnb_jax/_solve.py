@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ._cache import enable_persistent_cache
 from ._data import Problem, make_problem
 from ._host import best_stump, build_tree, position_threshold, tree_objective
 from ._runner import KernelRunner
@@ -133,6 +134,7 @@ def solve(
         not isinstance(initial_capacity, (int, np.integer)) or initial_capacity < 1
     ):
         raise ValueError(f"initial_capacity must be a positive integer; got {initial_capacity!r}.")
+    enable_persistent_cache()
     start = time.perf_counter()
     problem = make_problem(X, y, task=task, sample_weight=sample_weight)
     with jax.enable_x64(True):
