@@ -37,6 +37,7 @@ ATOL = 1e-12
 # The paper's s' = floor(0.6 n s / (b - a)) for W1, capped to keep rows short.
 W1_FACTOR = 0.6
 W1_MAX_SUBCUTS = 64
+W1_MAX_SHARE = 8  # W1 refines only pieces with at most n / 8 samples
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -381,7 +382,10 @@ class _Search:
             parent = problem.cut_pos[f0[ti], hi[ti]] - problem.cut_pos[f0[ti], lo[ti]]
             sub = np.floor(W1_FACTOR * problem.n * self.s / np.maximum(parent, 1))
             sub = np.minimum(sub.astype(np.int64), np.minimum(width, W1_MAX_SUBCUTS))
-            useful = sub >= 2
+            # Pieces holding a large share of the samples would need a full-length scan
+            # per sub-cut; measured, that costs more than the pruning it buys.
+            samples = problem.cut_pos[f0[ti], b] - problem.cut_pos[f0[ti], a]
+            useful = (sub >= 2) & (samples * W1_MAX_SHARE <= problem.n)
             ti, tj, a, b, width, sub = (x[useful] for x in (ti, tj, a, b, width, sub))
             if len(ti) == 0:
                 return keep1, keep2, piece_lb, alive
