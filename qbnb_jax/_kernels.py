@@ -52,6 +52,8 @@ class SweepData(eqx.Module):
     scan: Shaped[Array, "n S"]
     loss_kind: LossKind = eqx.field(static=True)
     binary: bool = eqx.field(static=True)
+    field_bits: int = eqx.field(static=True, default=0)  # > 0: class counts bit-packed
+    n_classes: int = eqx.field(static=True, default=0)
 
     @staticmethod
     def from_problem(problem: Problem) -> SweepData:
@@ -79,8 +81,12 @@ class SweepData(eqx.Module):
             scan = stats[:, :-1]
         else:
             scan = stats
-        if problem.loss_kind == "count" and int(problem.stats.sum()) < 2**15:
+        total = int(problem.stats.sum()) if problem.loss_kind == "count" else None
+        field_bits = 0
+        if total is not None and total < 2**15:
             scan = scan.astype(np.int16)  # exact, and halves the scan's memory traffic
+        if total is not None and not binary and problem.n_channels > 2:
+            scan, field_bits = pack_counts(scan.astype(np.int64), total)
         cut_valid = np.zeros((p, n_pad + 1), dtype=bool)
         cut_valid[:, : n + 1] = problem.cut_valid
         sorted_scan = scan[perm]  # (p, n_pad, S)
@@ -100,11 +106,42 @@ class SweepData(eqx.Module):
             scan=jnp.asarray(scan),
             loss_kind=problem.loss_kind,
             binary=binary,
+            field_bits=field_bits,
+            n_classes=problem.n_channels,
         )
 
     @property
     def length(self) -> int:
         return int(self.perm.shape[1])
+
+
+def pack_counts(counts: np.ndarray, total: int) -> tuple[np.ndarray, int]:
+    """Pack integer class counts `(n, C)` into bit fields of int64 lanes `(n, lanes)`.
+
+    Every partial sum of a field stays below `total < 2**(bits-1)`, so sums of packed
+    lanes never carry between fields or reach the sign bit: one scan of a lane adds up
+    64 // bits classes at once, which is what makes many-class sweeps cheap.
+    """
+    bits = next(b for b in (16, 21, 32) if total < 2 ** (b - 1))
+    per_lane = 64 // bits
+    n, n_classes = counts.shape
+    lanes = -(-n_classes // per_lane)
+    packed = np.zeros((n, lanes), dtype=np.int64)
+    for c in range(n_classes):
+        packed[:, c // per_lane] += counts[:, c] << (bits * (c % per_lane))
+    return packed, bits
+
+
+def _unpack(data: SweepData, packed: Array) -> Array:
+    """Inverse of `pack_counts` on device: `(..., lanes)` int64 -> `(..., C)`."""
+    bits = data.field_bits
+    per_lane = 64 // bits
+    mask = (1 << bits) - 1
+    fields = [
+        (packed[..., c // per_lane] >> (bits * (c % per_lane))) & mask
+        for c in range(data.n_classes)
+    ]
+    return jnp.stack(fields, axis=-1)
 
 
 def padded_length(n: int) -> int:
@@ -139,6 +176,8 @@ def _score(data: SweepData, left: Array, total_scan: Array) -> Array:
             s0 = part[..., 0]
             return jnp.where(s0 > 0, jnp.sum(part[..., 1:] ** 2, -1) / jnp.where(s0 > 0, s0, 1), 0)
         return explained(left) + explained(right)
+    if data.field_bits:
+        left, right = _unpack(data, left), _unpack(data, right)
     return jnp.max(left, axis=-1) + jnp.max(right, axis=-1)  # loss = T - max_l - max_r
 
 

@@ -40,6 +40,14 @@ W1_MAX_SUBCUTS = 64
 W1_MAX_SHARE = 8  # W1 refines only pieces with at most n / 8 samples
 
 
+# Tuples processed per block: the host arrays of one step grow as tuples x s x p^2.
+MAX_CAPACITY = 4096
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class SolveResult:
     """What `solve` returns.
@@ -120,7 +128,8 @@ def solve(
       status `"time_limit"` and a proved lower bound.
     - `progress`: called after every iteration with a dict (`iteration`, `frontier`,
       `incumbent`, `lower_bound`, `gap`, `elapsed`).
-    - `initial_capacity`: starting frontier capacity bucket (grows by doubling).
+    - `initial_capacity`: tuples processed per block at first; doubles (up to 4096)
+      while the frontier is larger, and larger frontiers are processed in blocks.
 
     **Returns:** a `SolveResult`.
 
@@ -155,7 +164,8 @@ class _Search:
         self.s = s
         self.time_limit = time_limit
         self.progress = progress
-        self.capacity = capacity
+        self.capacity = _pow2_at_least(capacity)
+        self.max_capacity = max(self.capacity, MAX_CAPACITY)
         self.start = start
         self.exact = problem.loss_kind == "count"
         scale = float(problem.weight.sum())
@@ -171,6 +181,7 @@ class _Search:
         self.frontier_sizes: list[int] = []
         self.capacity_history: list[int] = []
         self.tuples_explored = 0
+        self._stump_of_all: np.ndarray | None = None
 
     # -- incumbent and pruning ------------------------------------------------------
     def tolerance(self) -> float:
@@ -200,6 +211,15 @@ class _Search:
         _, left_spec = self.stump_splits(left, f1)
         _, right_spec = self.stump_splits(~left, f2)
         return (f0, position_threshold(problem, f0, k), left_spec, right_spec)
+
+    def stump_of_all(self) -> np.ndarray:
+        """`L1(all samples, f)` for every feature, computed once on the host."""
+        if self._stump_of_all is None:
+            everyone = np.ones(self.problem.n, dtype=bool)
+            self._stump_of_all = np.array(
+                [best_stump(self.problem, everyone, [f])[0] for f in range(self.problem.p)]
+            )
+        return self._stump_of_all
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -234,18 +254,24 @@ class _Search:
         F1 = np.ones((p, p), dtype=bool)
         F2 = np.ones((p, p), dtype=bool)
         tuple_lb = np.full(p, -np.inf)
+        root = True
         while len(f0):
             self.lower_bound = min(self.incumbent, float(tuple_lb.min())) - self.tolerance()
             if self.time_limit is not None and self.elapsed() > self.time_limit:
                 self.status = "time_limit"
                 return
-            while self.capacity < len(f0):
+            while self.capacity < len(f0) and self.capacity < self.max_capacity:
                 self.capacity *= 2
             self.capacity_history.append(self.capacity)
             self.iterations += 1
             self.frontier_sizes.append(len(f0))
             self.tuples_explored += len(f0)
-            f0, lo, hi, F1, F2, tuple_lb = self.step(f0, lo, hi, F1, F2)
+            children = [
+                self.step(*(x[b0 : b0 + self.capacity] for x in (f0, lo, hi, F1, F2)), root=root)
+                for b0 in range(0, len(f0), self.capacity)  # bounded memory per block
+            ]
+            f0, lo, hi, F1, F2, tuple_lb = (np.concatenate(x) for x in zip(*children))
+            root = False
             self.report(tuple_lb)
         self.lower_bound = self.incumbent - self.tolerance()
 
@@ -264,25 +290,43 @@ class _Search:
             }
         )
 
-    def step(self, f0, lo, hi, F1, F2):
+    def step(self, f0, lo, hi, F1, F2, *, root: bool = False):
+        """One Quant-BnB iteration over a block of tuples; returns the children.
+
+        With `root`, every tuple spans its whole threshold range [0, u(f0)], whose ends
+        need no sweep (an empty side has loss 0, the other side is the best stump of
+        all samples), so the s+1 swept cuts all fall inside: s+2 pieces for one sweep.
+        """
         problem, s = self.problem, self.s
         T, p = F1.shape
-        j = np.arange(s + 1)
-        cuts = lo[:, None] + (j[None, :] * (hi - lo)[:, None]) // s  # almost equi-spaced
-        pos = problem.cut_pos[f0[:, None], cuts]
+        n_swept = s + 1
+        j = np.arange(n_swept)
+        if root:
+            swept = ((j[None, :] + 1) * hi[:, None]) // (n_swept + 1)
+        else:
+            swept = lo[:, None] + (j[None, :] * (hi - lo)[:, None]) // s  # almost equi-spaced
+        pos = problem.cut_pos[f0[:, None], swept]
         ti, fi = np.nonzero(F1 | F2)
         pre, suf = self.runner.full(f0[ti], fi, pos[ti])
-        P = np.full((T, s + 1, p), np.inf)
-        S = np.full((T, s + 1, p), np.inf)
+        P = np.full((T, n_swept, p), np.inf)
+        S = np.full((T, n_swept, p), np.inf)
         in1, in2 = F1[ti, fi], F2[ti, fi]
         P[ti[in1], :, fi[in1]] = pre[in1]
         S[ti[in2], :, fi[in2]] = suf[in2]
+        cuts = swept
+        if root:
+            everything = np.where(F1, self.stump_of_all()[None, :], np.inf)[:, None, :]
+            nothing = np.where(F1, 0.0, np.inf)[:, None, :]
+            P = np.concatenate([nothing, P, everything], axis=1)
+            S = np.concatenate([everything, S, nothing], axis=1)
+            cuts = np.concatenate([lo[:, None], swept, hi[:, None]], axis=1)
+        n_cuts = cuts.shape[1]
 
         # Step 1: every tree whose root cut is some t_j is evaluated exactly.
         best_p, best_s = P.min(axis=2), S.min(axis=2)
         value = best_p + best_s
         flat = int(np.argmin(value))
-        i, jj = divmod(flat, s + 1)
+        i, jj = divmod(flat, n_cuts)
         if value[i, jj] < self.incumbent:
             splits = self.depth2_splits(
                 int(f0[i]), int(cuts[i, jj]), int(np.argmin(P[i, jj])), int(np.argmin(S[i, jj]))
@@ -290,7 +334,7 @@ class _Search:
             self.offer(float(value[i, jj]), splits)
 
         # Step 2: prune each piece [t_{j-1}, t_j] with W0 = P[j-1, f1] + S[j, f2].
-        left_p, right_s = P[:, :-1, :], S[:, 1:, :]  # (T, s, p)
+        left_p, right_s = P[:, :-1, :], S[:, 1:, :]  # (T, pieces, p)
         min_left, min_right = left_p.min(axis=2), right_s.min(axis=2)
         keep1 = F1[:, None, :] & self.can_improve(left_p + min_right[..., None])
         keep2 = F2[:, None, :] & self.can_improve(min_left[..., None] + right_s)
