@@ -355,10 +355,18 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_predict(args: argparse.Namespace) -> int:
+def _load_tree(path: str) -> Any:
+    """`load_tree`, with a binary (non-UTF-8) file reported by name."""
     from ._export import load_tree
 
-    est = load_tree(args.tree)
+    try:
+        return load_tree(path)
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path} is not a UTF-8 text file ({err.reason}).") from None
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    est = _load_tree(args.tree)
     header, rows = read_csv(args.data)
     names = getattr(est, "feature_names_in_", None)
     if names is not None:
@@ -414,9 +422,9 @@ def _cell(value: Any) -> str:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from ._export import export_graphviz, export_text, load_tree
+    from ._export import export_graphviz, export_text
 
-    est = load_tree(args.tree)
+    est = _load_tree(args.tree)
     if args.format == "dot":
         text = export_graphviz(est) + "\n"
     else:

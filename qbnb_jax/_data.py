@@ -65,11 +65,39 @@ class Problem:
             return np.inf
         k = int(self.cut_pos[f, t])
         xs = self.X[self.perm[f], f]
-        return float((xs[k - 1] + xs[k]) / 2.0)
+        return midpoint(float(xs[k - 1]), float(xs[k]))
+
+
+def midpoint(lo: float, hi: float) -> float:
+    """A threshold `t` with `lo <= t < hi` for consecutive distinct values `lo < hi`.
+
+    `(lo + hi) / 2` is wrong in two corner cases: it overflows to inf when both values
+    are huge (|x| > ~9e307), and for adjacent floats the rounded midpoint can equal
+    `hi`, so `x <= t` would send `hi` left too. Like scikit-learn, halve first and fall
+    back to `lo` when the midpoint is not strictly below `hi`.
+    """
+    t = lo / 2.0 + hi / 2.0
+    if not (lo <= t < hi):
+        t = lo
+    return float(t)
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join((str(err) or type(err).__name__).split())
+
+
+def _is_missing(value) -> bool:
+    """None or a float NaN (the missing-value markers of object arrays)."""
+    if value is None:
+        return True
+    try:
+        return isinstance(value, (float, np.floating)) and bool(np.isnan(value))
+    except TypeError:  # pragma: no cover - exotic float subclasses
+        return False
 
 
 def check_task(task: str) -> Task:
-    if task not in TASKS:
+    if not isinstance(task, str) or task not in TASKS:
         raise ValueError(f"Unknown task {task!r}: expected 'classification' or 'regression'.")
     return task  # type: ignore[return-value]
 
@@ -79,10 +107,13 @@ def as_feature_matrix(X) -> np.ndarray:
     try:
         arr = np.asarray(X)
     except Exception as err:  # ragged lists and the like
-        raise ValueError(f"X could not be read as an array: {err}") from None
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
-    ):
+        raise ValueError(f"X could not be read as an array: {_one_line(err)}") from None
+    if arr.dtype == object:  # e.g. lists mixing ints and floats, pandas nullable columns
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"X must be numeric; {_one_line(err)}.") from None
+    if not (np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)):
         raise ValueError(f"X must be numeric; got dtype {arr.dtype}.")
     if np.issubdtype(arr.dtype, np.complexfloating):
         raise ValueError("X must be real-valued; got complex numbers.")
@@ -109,8 +140,15 @@ def as_sample_weight(sample_weight, n: int) -> tuple[np.ndarray, bool]:
     if sample_weight is None:
         return np.ones(n), True
     w = np.asarray(sample_weight)
-    if w.dtype == object or not np.issubdtype(w.dtype, np.number):
+    if w.dtype == object:
+        try:
+            w = w.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"sample_weight must be numeric; {_one_line(err)}.") from None
+    if not (np.issubdtype(w.dtype, np.number) or np.issubdtype(w.dtype, np.bool_)):
         raise ValueError(f"sample_weight must be numeric; got dtype {w.dtype}.")
+    if np.issubdtype(w.dtype, np.complexfloating):
+        raise ValueError("sample_weight must be real-valued; got complex numbers.")
     w = w.astype(np.float64)
     if w.ndim != 1 or w.shape[0] != n:
         raise ValueError(f"sample_weight must have shape ({n},); got {w.shape}.")
@@ -132,8 +170,12 @@ def encode_labels(y, n: int) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"Classification y must be 1-D; got shape {arr.shape}.")
     if arr.shape[0] != n:
         raise ValueError(f"X has {n} samples but y has {arr.shape[0]}.")
-    if arr.dtype.kind == "f" and np.any(np.isnan(arr)):
-        raise ValueError("y contains NaN.")
+    if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+        raise ValueError("y contains NaN or infinity.")
+    if arr.dtype.kind == "c":
+        raise ValueError("Classification labels must not be complex numbers.")
+    if arr.dtype == object and any(_is_missing(v) for v in arr.tolist()):
+        raise ValueError("y contains NaN or None (missing labels are not allowed).")
     try:
         classes, codes = np.unique(arr, return_inverse=True)
     except TypeError as err:
@@ -143,8 +185,15 @@ def encode_labels(y, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def as_targets(y, n: int) -> np.ndarray:
     arr = np.asarray(y)
-    if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
+    if arr.dtype == object:
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"Regression y must be numeric; {_one_line(err)}.") from None
+    if not (np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)):
         raise ValueError(f"Regression y must be numeric; got dtype {arr.dtype}.")
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise ValueError("Regression y must be real-valued; got complex numbers.")
     arr = arr.astype(np.float64)
     if arr.ndim == 1:
         arr = arr[:, None]

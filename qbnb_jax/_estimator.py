@@ -53,6 +53,13 @@ _PARAMETER_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+def _solver_time_limit(time_limit: Any) -> float | None:
+    """`time_limit` as `solve` takes it: a float, or None for no limit (also for inf)."""
+    if time_limit is None or math.isinf(time_limit):
+        return None
+    return float(time_limit)
+
+
 def _get_solve() -> Callable[..., Any]:
     """`qbnb_jax.solve`, looked up at call time (the package imports this module)."""
     import qbnb_jax
@@ -229,7 +236,7 @@ class _BaseOptimalTree(BaseEstimator):
             sample_weight=wc,
             bound=self.bound,
             s=self.s,
-            time_limit=self.time_limit,
+            time_limit=_solver_time_limit(self.time_limit),
             progress=progress,
         )
         tree = result.tree
@@ -382,7 +389,10 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
 
     def _validate_data_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
         X, y = validate_data(self, X, y, dtype=np.float64)
-        check_classification_targets(y)
+        try:
+            check_classification_targets(y)
+        except TypeError as err:  # e.g. None among string labels: they cannot be sorted
+            raise ValueError(f"The labels in y cannot be sorted: {err}") from None
         return X, y
 
     def _encode_y(self, y: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
