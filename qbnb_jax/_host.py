@@ -13,34 +13,53 @@ from ._tree import LEAF, Tree
 
 
 def leaf_loss_np(stats: np.ndarray, loss_kind: str) -> np.ndarray:
-    """Best constant-fit loss from summed stat vectors `(..., C)`."""
+    """Best constant-fit loss from summed stat vectors `(..., C)`.
+
+    Channels are combined one at a time: numpy reduces a short last axis slowly.
+    """
     stats = np.asarray(stats, dtype=np.float64)
+    channels = [stats[..., c] for c in range(stats.shape[-1])]
     if loss_kind == "sse":
-        s0 = stats[..., 0]
-        s1 = stats[..., 1:-1]
+        s0 = channels[0]
+        sq = sum(c * c for c in channels[1:-1])
         safe = np.where(s0 > 0, s0, 1.0)
-        return stats[..., -1] - np.where(s0 > 0, np.sum(s1 * s1, axis=-1) / safe, 0.0)
-    return stats.sum(axis=-1) - stats.max(axis=-1)
+        return channels[-1] - np.where(s0 > 0, sq / safe, 0.0)
+    total, largest = channels[0].copy(), channels[0].copy()
+    for c in channels[1:]:
+        total += c
+        np.maximum(largest, c, out=largest)
+    return total - largest
+
+
+def stump_losses(problem: Problem, mask: np.ndarray, features=None):
+    """Best stump of the samples in `mask` on each feature: `(losses, positions)`.
+
+    `positions[i]` is a valid cut in `features[i]`'s full sorted order; samples of
+    `mask` before it go left. Ties go to the lowest position.
+    """
+    features = np.arange(problem.p) if features is None else np.asarray(features)
+    stats = np.where(mask[:, None], problem.stats, 0).astype(np.float64)
+    sorted_stats = stats[problem.perm[features]]  # (F, n, C)
+    cum = np.concatenate(
+        [np.zeros((len(features), 1, stats.shape[1])), np.cumsum(sorted_stats, axis=1)], axis=1
+    )
+    loss = leaf_loss_np(cum, problem.loss_kind) + leaf_loss_np(
+        cum[:, -1:] - cum, problem.loss_kind
+    )
+    loss = np.where(problem.cut_valid[features], loss, np.inf)
+    positions = np.argmin(loss, axis=1)
+    return loss[np.arange(len(features)), positions], positions
 
 
 def best_stump(problem: Problem, mask: np.ndarray, features=None) -> tuple[float, int, int]:
     """Best stump of the samples in `mask`: `(loss, feature, position)`.
 
-    `position` is a valid cut in the feature's full sorted order; samples of `mask`
-    before it go left. Ties go to the lowest feature, then the lowest position.
+    Ties go to the lowest feature, then the lowest position.
     """
-    stats = np.where(mask[:, None], problem.stats, 0).astype(np.float64)
-    best = (np.inf, 0, 0)
-    for f in range(problem.p) if features is None else features:
-        cum = np.concatenate([np.zeros((1, stats.shape[1])), np.cumsum(stats[problem.perm[f]], 0)])
-        loss = leaf_loss_np(cum, problem.loss_kind) + leaf_loss_np(
-            cum[-1][None] - cum, problem.loss_kind
-        )
-        loss = np.where(problem.cut_valid[f], loss, np.inf)
-        k = int(np.argmin(loss))
-        if loss[k] < best[0]:
-            best = (float(loss[k]), int(f), k)
-    return best
+    features = np.arange(problem.p) if features is None else np.asarray(features)
+    losses, positions = stump_losses(problem, mask, features)
+    i = int(np.argmin(losses))
+    return float(losses[i]), int(features[i]), int(positions[i])
 
 
 def position_threshold(problem: Problem, f: int, k: int) -> float:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ._cache import enable_persistent_cache
 from ._data import Problem, make_problem
-from ._host import best_stump, build_tree, position_threshold, tree_objective
+from ._host import best_stump, build_tree, position_threshold, stump_losses, tree_objective
 from ._runner import KernelRunner
 from ._tree import Tree
 
@@ -216,9 +216,7 @@ class _Search:
         """`L1(all samples, f)` for every feature, computed once on the host."""
         if self._stump_of_all is None:
             everyone = np.ones(self.problem.n, dtype=bool)
-            self._stump_of_all = np.array(
-                [best_stump(self.problem, everyone, [f])[0] for f in range(self.problem.p)]
-            )
+            self._stump_of_all = stump_losses(self.problem, everyone)[0]
         return self._stump_of_all
 
     def elapsed(self) -> float:
