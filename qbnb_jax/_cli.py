@@ -175,6 +175,8 @@ def read_csv(path: str) -> tuple[list[str], list[list[str]]]:
                 rows.append([cell.strip() for cell in row])
     except UnicodeDecodeError as err:
         raise InputError(f"{path} is not a UTF-8 text file ({err.reason}).") from None
+    except (OverflowError, TypeError) as err:  # e.g. a node index too large for an int
+        raise InputError(f"{path}: malformed tree file ({_one_line(err)}).") from None
     except csv.Error as err:
         raise InputError(f"{path}: malformed CSV ({err}).") from None
     if not rows:
@@ -363,6 +365,8 @@ def _load_tree(path: str) -> Any:
         return load_tree(path)
     except UnicodeDecodeError as err:
         raise InputError(f"{path} is not a UTF-8 text file ({err.reason}).") from None
+    except (OverflowError, TypeError) as err:  # e.g. a node index too large for an int
+        raise InputError(f"{path}: malformed tree file ({_one_line(err)}).") from None
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:

@@ -56,6 +56,22 @@ class Problem:
     def n_channels(self) -> int:
         return int(self.stats.shape[1])
 
+    def restrict(self, mask: np.ndarray) -> Problem:
+        """The same problem with weight only on the samples in `mask`.
+
+        Orders, thresholds and shapes are kept (samples outside count for nothing), so
+        a subproblem of a deeper tree reuses the parent's presorting and kernels.
+        """
+        weight = np.where(mask, self.weight, 0.0)
+        stats = np.where(mask[:, None], self.stats, 0).astype(self.stats.dtype)
+        cum = np.concatenate([np.zeros((self.p, 1)), np.cumsum(weight[self.perm], axis=1)], 1)
+        return dataclasses.replace(
+            self,
+            stats=stats,
+            weight=weight,
+            weight_left=np.take_along_axis(cum, self.cut_pos, axis=1),
+        )
+
     def threshold_value(self, f: int, t: int) -> float:
         """Midpoint threshold of index `t` on feature `f` (-inf/+inf at the ends)."""
         u = int(self.n_thresholds[f])
@@ -158,6 +174,10 @@ def as_sample_weight(sample_weight, n: int) -> tuple[np.ndarray, bool]:
         raise ValueError("sample_weight must be non-negative.")
     if not np.any(w > 0):
         raise ValueError("sample_weight is zero everywhere: there is nothing to fit.")
+    with np.errstate(over="ignore"):
+        total = float(w.sum())
+    if not np.isfinite(total):
+        raise ValueError("sample_weight is too large: the weights sum to infinity.")
     integral = bool(np.all(w == np.round(w))) and float(w.sum()) < 2**30
     return w, integral
 
@@ -238,11 +258,29 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
     else:
         # Centring first keeps S2 - |S1|^2/S0 well conditioned for targets with a
         # large offset; the loss of every set is unchanged by the shift.
-        offset = (w[:, None] * y_enc).sum(axis=0) / w.sum()
-        y_enc = y_enc - offset
-        stats = np.concatenate(
-            [w[:, None], w[:, None] * y_enc, (w * np.sum(y_enc**2, axis=1))[:, None]], axis=1
-        )
+        with np.errstate(over="ignore", invalid="ignore"):
+            offset = (w[:, None] * y_enc).sum(axis=0) / w.sum()
+        # A constant target column is centred to exact zeros: its weighted mean can be
+        # off by an ulp, and round-off alone would then make some split look better
+        # than the single leaf (scikit-learn returns a leaf for constant targets).
+        constant = np.all(y_enc == y_enc[:1], axis=0)
+        offset = np.where(constant, y_enc[0], offset)
+        with np.errstate(over="ignore", invalid="ignore"):
+            y_enc = y_enc - offset
+            stats = np.concatenate(
+                [w[:, None], w[:, None] * y_enc, (w * np.sum(y_enc**2, axis=1))[:, None]],
+                axis=1,
+            )
+            # The largest intermediates of a leaf loss S2 - |S1|^2 / S0 over any subset.
+            largest = np.concatenate(
+                [np.abs(stats[:, 1:-1]).sum(axis=0) ** 2, stats[:, -1:].sum(axis=0)]
+            )
+        if not (np.all(np.isfinite(offset)) and np.all(np.isfinite(largest))):
+            raise ValueError(
+                "y is too large for float64: the weighted squared deviations of the "
+                "targets overflow. Rescale y (for example divide it by its standard "
+                "deviation)."
+            )
         loss_kind = "sse"
 
     perm = np.argsort(X, axis=0, kind="stable").T.astype(np.int32)  # (p, n)

@@ -10,6 +10,7 @@ sized by the caller so that the `(rows, cuts, n)` intermediates stay cache sized
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import equinox as eqx
@@ -54,6 +55,7 @@ class SweepData(eqx.Module):
     binary: bool = eqx.field(static=True)
     field_bits: int = eqx.field(static=True, default=0)  # > 0: class counts bit-packed
     n_classes: int = eqx.field(static=True, default=0)
+    scan_dtype: str = eqx.field(static=True, default="int32")
 
     @staticmethod
     def from_problem(problem: Problem) -> SweepData:
@@ -71,43 +73,65 @@ class SweepData(eqx.Module):
         value_rank = np.concatenate(
             [problem.value_rank, np.broadcast_to(extra + n_pad, (p, n_pad - n))], axis=1
         )
-        stats = np.concatenate(
-            [problem.stats, np.zeros((n_pad - n, problem.n_channels), problem.stats.dtype)]
-        )
         binary = problem.loss_kind != "sse" and problem.n_channels == 2
-        if binary:
-            scan = stats[:, 1:2] - stats[:, 0:1]
-        elif problem.loss_kind == "sse":
-            scan = stats[:, :-1]
-        else:
-            scan = stats
         total = int(problem.stats.sum()) if problem.loss_kind == "count" else None
         field_bits = 0
+        scan_dtype = problem.stats.dtype
         if total is not None and total < 2**15:
-            scan = scan.astype(np.int16)  # exact, and halves the scan's memory traffic
+            scan_dtype = np.int16  # exact, and halves the scan's memory traffic
         if total is not None and not binary and problem.n_channels > 2:
-            scan, field_bits = pack_counts(scan.astype(np.int64), total)
+            field_bits = packing_bits(total)
+            scan_dtype = np.int64
         cut_valid = np.zeros((p, n_pad + 1), dtype=bool)
         cut_valid[:, : n + 1] = problem.cut_valid
-        sorted_scan = scan[perm]  # (p, n_pad, S)
-        zero = np.zeros((p, 1, scan.shape[1]), dtype=scan.dtype)
-        full_scan = np.concatenate([zero, np.cumsum(sorted_scan, axis=1, dtype=scan.dtype)], 1)
-        zero = np.zeros((p, 1, stats.shape[1]), dtype=stats.dtype)
-        root_cum = np.concatenate([zero, np.cumsum(stats[perm], axis=1, dtype=stats.dtype)], 1)
-        return SweepData(
+        layout = SweepData(
             rank_in_root=jnp.asarray(rank[:, perm]),  # (p, p, n_pad): rank[f0][perm[f]]
-            sorted_scan=jnp.asarray(sorted_scan),
-            full_scan=jnp.asarray(full_scan),
-            root_cum=jnp.asarray(root_cum),
+            sorted_scan=None,
+            full_scan=None,
+            root_cum=None,
             cut_valid=jnp.asarray(cut_valid),
             perm=jnp.asarray(perm),
             rank=jnp.asarray(rank),
             value_rank=jnp.asarray(value_rank),
-            scan=jnp.asarray(scan),
+            scan=None,
             loss_kind=problem.loss_kind,
             binary=binary,
             field_bits=field_bits,
             n_classes=problem.n_channels,
+            scan_dtype=np.dtype(scan_dtype).name,
+        )
+        return layout.with_stats(problem.stats)
+
+    def with_stats(self, stats: np.ndarray) -> SweepData:
+        """The same problem layout with other per-sample stat vectors `(n, C)`.
+
+        Used for subsets (zero stats outside): shapes and dtypes are kept, so the
+        compiled kernels are reused.
+        """
+        n_pad = self.length
+        stats = np.concatenate([stats, np.zeros((n_pad - len(stats), stats.shape[1]), stats.dtype)])
+        if self.binary:
+            scan = stats[:, 1:2] - stats[:, 0:1]
+        elif self.loss_kind == "sse":
+            scan = stats[:, :-1]
+        else:
+            scan = stats
+        if self.field_bits:
+            scan = pack_counts(scan.astype(np.int64), self.field_bits)
+        scan = scan.astype(self.scan_dtype)
+        perm = np.asarray(self.perm)
+        sorted_scan = scan[perm]  # (p, n_pad, S)
+        p = perm.shape[0]
+        zero = np.zeros((p, 1, scan.shape[1]), dtype=scan.dtype)
+        full_scan = np.concatenate([zero, np.cumsum(sorted_scan, axis=1, dtype=scan.dtype)], 1)
+        zero = np.zeros((p, 1, stats.shape[1]), dtype=stats.dtype)
+        root_cum = np.concatenate([zero, np.cumsum(stats[perm], axis=1, dtype=stats.dtype)], 1)
+        return dataclasses.replace(
+            self,
+            sorted_scan=jnp.asarray(sorted_scan),
+            full_scan=jnp.asarray(full_scan),
+            root_cum=jnp.asarray(root_cum),
+            scan=jnp.asarray(scan),
         )
 
     @property
@@ -115,21 +139,25 @@ class SweepData(eqx.Module):
         return int(self.perm.shape[1])
 
 
-def pack_counts(counts: np.ndarray, total: int) -> tuple[np.ndarray, int]:
+def packing_bits(total: int) -> int:
+    """Field width for packed class counts whose sums stay below `total`."""
+    return next(b for b in (16, 21, 32) if total < 2 ** (b - 1))
+
+
+def pack_counts(counts: np.ndarray, bits: int) -> np.ndarray:
     """Pack integer class counts `(n, C)` into bit fields of int64 lanes `(n, lanes)`.
 
-    Every partial sum of a field stays below `total < 2**(bits-1)`, so sums of packed
-    lanes never carry between fields or reach the sign bit: one scan of a lane adds up
-    64 // bits classes at once, which is what makes many-class sweeps cheap.
+    Every partial sum of a field stays below `2**(bits-1)` (see `packing_bits`), so
+    sums of packed lanes never carry between fields or reach the sign bit: one scan of
+    a lane adds up 64 // bits classes at once, which makes many-class sweeps cheap.
     """
-    bits = next(b for b in (16, 21, 32) if total < 2 ** (b - 1))
     per_lane = 64 // bits
     n, n_classes = counts.shape
     lanes = -(-n_classes // per_lane)
     packed = np.zeros((n, lanes), dtype=np.int64)
     for c in range(n_classes):
         packed[:, c // per_lane] += counts[:, c] << (bits * (c % per_lane))
-    return packed, bits
+    return packed
 
 
 def _unpack(data: SweepData, packed: Array) -> Array:

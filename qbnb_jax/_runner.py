@@ -8,6 +8,7 @@ persistent compilation cache, so compile time and solve time are reported apart.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import jax
@@ -40,21 +41,40 @@ def _pow2_at_most(x: int) -> int:
     return 1 << (max(1, int(x)).bit_length() - 1)
 
 
+@dataclasses.dataclass
+class Counters:
+    """Work and compile accounting, shared by a runner and its subset runners."""
+
+    compile_seconds: float = 0.0
+    compiles: int = 0
+    rows_evaluated: int = 0
+    cut_evaluations: int = 0
+
+
 class KernelRunner:
     """Runs sweeps for one problem and accounts for compile and run time."""
 
-    def __init__(self, problem: Problem):
+    def __init__(self, problem: Problem, data: SweepData | None = None):
         self.problem = problem
-        self.data = SweepData.from_problem(problem)
-        self.compile_seconds = 0.0
-        self.compiles = 0
-        self.rows_evaluated = 0
-        self.cut_evaluations = 0
+        self.data = SweepData.from_problem(problem) if data is None else data
+        self.counters = Counters()
         leaves = jax.tree_util.tree_leaves(self.data)
         self._data_key = (
             problem.loss_kind,
             tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves),
         )
+
+    def for_subset(self, problem: Problem) -> KernelRunner:
+        """A runner for `problem.restrict(...)` of this runner's problem.
+
+        Shares the layout arrays and the compiled kernels; counters are shared too
+        (the subset's work is part of the parent solve).
+        """
+        child = KernelRunner.__new__(KernelRunner)
+        child.__dict__.update(self.__dict__)
+        child.problem = problem
+        child.data = self.data.with_stats(problem.stats)
+        return child
 
     def _executable(self, name: str, fn, args: tuple, statics: dict):
         key = (name, self._data_key, tuple(a.shape for a in args[1:]), tuple(statics.items()))
@@ -62,8 +82,8 @@ class KernelRunner:
         if exe is None:
             start = time.perf_counter()
             exe = fn.lower(*args, **statics).compile()
-            self.compile_seconds += time.perf_counter() - start
-            self.compiles += 1
+            self.counters.compile_seconds += time.perf_counter() - start
+            self.counters.compiles += 1
             _COMPILED[key] = exe
         return exe
 
@@ -99,8 +119,8 @@ class KernelRunner:
             for r0, r1, (pre, suf) in pending:
                 out_pre[r0:r1, c0 : c0 + width] = np.asarray(pre)[: r1 - r0, :width]
                 out_suf[r0:r1, c0 : c0 + width] = np.asarray(suf)[: r1 - r0, :width]
-            self.rows_evaluated += rows
-            self.cut_evaluations += rows * width
+            self.counters.rows_evaluated += rows
+            self.counters.cut_evaluations += rows * width
         return out_pre, out_suf
 
     def full(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray):

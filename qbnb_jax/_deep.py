@@ -1,0 +1,144 @@
+"""Depth 3 and deeper: Quant-BnB over the root split, subtrees by depth-(d-1) solves.
+
+This is the recursion of DESIGN.md section 6 (route 2). A tuple is `(f0, [a, b])`:
+the root splits on f0 at a threshold in [a, b], and each side is any depth-(d-1)
+tree. For the root cuts t_j of a tuple we solve both sides exactly, `P(t_j)` for the
+samples left of t_j and `S(t_j)` for those right of it; every tree with root cut t_j
+is then evaluated. Between two cuts, super-additivity bounds any root cut t by
+`P(t_{j-1}) + S(t_j)` (sides only grow), and for classification the slack argument
+adds `P(t_j) + S(t_{j-1}) - W` (moving weight W changes a side by at most W).
+
+Each side is a `Problem.restrict` subset of the same arrays, so a depth-(d-1) solve
+reuses the presorting and compiled kernels. It starts from the incumbent as a cutoff:
+a side that cannot help beat it stops early with "at least the cutoff", still a valid
+lower bound for every piece that uses it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._host import best_stump, position_threshold
+from ._runner import KernelRunner
+from ._search import Search
+
+LEFT, RIGHT = 0, 1
+
+
+class DeepSearch(Search):
+    """Exact depth-`depth` search (depth >= 3) over the root split."""
+
+    def __init__(self, problem, *, depth: int, **kwargs):
+        super().__init__(problem, **kwargs)
+        self.depth = depth
+        self.capacity0 = self.capacity
+        self.sides: dict[tuple[int, int, int], tuple[float, float, object]] = {}
+        self.subproblems = 0
+        self.iterations_inner = 0
+
+    def subtree(self, mask: np.ndarray, cutoff: float):
+        """`(lower bound, objective or inf, splits)` of the best depth-(d-1) tree."""
+        sub = self.problem.restrict(mask)
+        if not np.any(sub.weight > 0):
+            return 0.0, 0.0, None
+        if self.runner is None:
+            self.runner = KernelRunner(self.problem)
+        kwargs = dict(
+            bound=self.bound, s=self.s, time_limit=self.time_limit, progress=None,
+            capacity=self.capacity0, start=self.start, runner=self.runner.for_subset(sub),
+            cutoff=cutoff,
+        )
+        self.subproblems += 1
+        if self.depth - 1 == 2:
+            search = Search(sub, **kwargs)
+            search.solve_depth2()
+        else:
+            search = DeepSearch(sub, depth=self.depth - 1, **kwargs)
+            search.solve_deep()
+            self.subproblems += search.subproblems
+        self.iterations_inner += search.iterations
+        return search.outcome()
+
+    def side(self, f0: int, k: int, which: int):
+        """Best subtree of the samples left (or right) of position k in f0's order."""
+        key = (f0, k, which)
+        if key not in self.sides:
+            left = self.problem.rank[f0] < k
+            self.sides[key] = self.subtree(left if which == LEFT else ~left, self.incumbent)
+        return self.sides[key]
+
+    def root_split(self, f0: int, k: int):
+        """Evaluate every tree whose root cuts f0 before sorted position k."""
+        p_lb, p_ub, p_splits = self.side(f0, k, LEFT)
+        s_lb, s_ub, s_splits = self.side(f0, k, RIGHT)
+        self.offer(p_ub + s_ub, (f0, position_threshold(self.problem, f0, k), p_splits, s_splits))
+        return p_lb, s_lb
+
+    def solve_deep(self) -> None:
+        problem = self.problem
+        everyone = np.ones(problem.n, dtype=bool)
+        # A depth-(d-1) tree is a depth-d tree whose root sends every sample one way.
+        all_lb, all_ub, all_splits = self.subtree(everyone, np.inf)
+        self.offer(all_ub, all_splits)
+        _, f, k = best_stump(problem, everyone)  # greedy root, optimal subtrees
+        self.root_split(f, k)
+
+        p = problem.p
+        f0 = np.arange(p)
+        lo = np.zeros(p, dtype=np.int64)
+        hi = problem.n_thresholds.astype(np.int64)
+        tuple_lb = np.full(p, -np.inf)
+        root = True
+        while len(f0):
+            self.lower_bound = min(self.incumbent, float(tuple_lb.min())) - self.tolerance()
+            if self.time_limit is not None and self.elapsed() > self.time_limit:
+                self.status = "time_limit"
+                return
+            self.iterations += 1
+            self.frontier_sizes.append(len(f0))
+            self.tuples_explored += len(f0)
+            f0, lo, hi, tuple_lb = self.step_deep(f0, lo, hi, all_lb, root=root)
+            root = False
+            self.report(tuple_lb)
+        self.lower_bound = self.incumbent - self.tolerance()
+
+    def step_deep(self, f0, lo, hi, all_lb: float, *, root: bool):
+        problem, s = self.problem, self.s
+        n_swept = s + 1
+        j = np.arange(n_swept)
+        if root:  # the ends 0 and u(f0) are known: an empty side and all samples
+            swept = ((j[None, :] + 1) * hi[:, None]) // (n_swept + 1)
+        else:
+            swept = lo[:, None] + (j[None, :] * (hi - lo)[:, None]) // s
+        pos = problem.cut_pos[f0[:, None], swept]
+        P = np.empty(swept.shape)
+        S = np.empty(swept.shape)
+        for i in range(len(f0)):
+            for jj in range(n_swept):
+                if self.time_limit is not None and self.elapsed() > self.time_limit:
+                    P[i, jj] = S[i, jj] = 0.0  # unexplored: no bound
+                    continue
+                P[i, jj], S[i, jj] = self.root_split(int(f0[i]), int(pos[i, jj]))
+        cuts = swept
+        if root:
+            T = len(f0)
+            P = np.concatenate([np.zeros((T, 1)), P, np.full((T, 1), all_lb)], axis=1)
+            S = np.concatenate([np.full((T, 1), all_lb), S, np.zeros((T, 1))], axis=1)
+            cuts = np.concatenate([lo[:, None], swept, hi[:, None]], axis=1)
+        pa, pb = P[:, :-1], P[:, 1:]
+        sa, sb = S[:, :-1], S[:, 1:]
+        piece_lo, piece_hi = cuts[:, :-1], cuts[:, 1:]
+        piece_lb = pa + sb
+        child_lo, child_hi = piece_lo + 1, piece_hi - 1  # endpoints are solved exactly
+        if problem.task == "classification":
+            width = (problem.weight_left[f0[:, None], piece_hi]
+                     - problem.weight_left[f0[:, None], piece_lo])
+            piece_lb = np.maximum(piece_lb, pb + sa - width)
+        alive = (child_lo <= child_hi) & self.can_improve(piece_lb)
+        if problem.task == "classification" and alive.any():
+            child_lo, child_hi = self.shrink(
+                f0, piece_lo, piece_hi, pa, pb, sa, sb, child_lo, child_hi, alive
+            )
+            alive &= child_lo <= child_hi
+        ti, tj = np.nonzero(alive)
+        return f0[ti], child_lo[ti, tj], child_hi[ti, tj], piece_lb[ti, tj]
