@@ -341,26 +341,14 @@ def test_second_solve_compiles_nothing():
         jax.monitoring.unregister_event_duration_listener(listener)
 
 
-def _depth_supported(depth: int) -> bool:
-    try:
-        solve(np.array([[0.0], [1.0]]), np.array([0, 1]), task="classification", depth=depth)
-    except ValueError as err:
-        if "depth" in str(err):
-            return False
-        raise
-    return True
-
-
 @pytest.mark.parametrize(
     "task,shapes", [("classification", CLS_SHAPES[:2]), ("regression", REG_SHAPES[:2])]
 )
 def test_random_depth3(task, shapes):
-    """Depth 3 against the brute force (30 problems per task, n <= 20, p <= 3); skipped
-    while `solve` does not accept depth=3."""
-    if not _depth_supported(3):
-        pytest.skip("solve does not support depth 3 yet")
+    """Depth 3 against the brute force (100 problems per task, n <= 20, p <= 3, every
+    bound, weights with zeros, ties; multi-output regression via REG_SHAPES)."""
     rng = np.random.default_rng(seed_of("d3", task))
-    for it in range(30):
+    for it in range(100):
         p, k = shapes[it % len(shapes)]
         n_pos = int((1, 3, 7, 15, 20)[rng.integers(0, 5)])
         P = make_case(rng, task, n_pos, p, k, n_zero=int(rng.integers(0, 21 - n_pos)))
@@ -368,3 +356,17 @@ def test_random_depth3(task, shapes):
         bound = BOUNDS[it % 4]
         res = solve(P.X, P.y, task=task, depth=3, sample_weight=P.w, bound=bound)
         check_result(res, P, 3, want, label=f"d3 it={it} bound={bound}")
+
+
+@pytest.mark.parametrize("task,shape", [("classification", (2, 3)), ("regression", (2, 2))])
+def test_random_depth4(task, shape):
+    """Depth 4 against the brute force on tiny problems (n <= 9, p = 2)."""
+    rng = np.random.default_rng(seed_of("d4", task))
+    p, k = shape
+    for it in range(4):
+        n_pos = int((3, 6, 9)[it % 3])
+        P = make_case(rng, task, n_pos, p, k, n_zero=int(rng.integers(0, 3)))
+        want = brute_force(P.X, P.y, P.w, task=task, depth=4)
+        res = solve(P.X, P.y, task=task, depth=4, sample_weight=P.w)
+        check_result(res, P, 4, want, label=f"d4 it={it}")
+
