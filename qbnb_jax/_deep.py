@@ -87,7 +87,7 @@ class DeepSearch(Search):
         f0 = np.arange(p)
         lo = np.zeros(p, dtype=np.int64)
         hi = problem.n_thresholds.astype(np.int64)
-        tuple_lb = np.full(p, -np.inf)
+        tuple_lb = np.zeros(p)  # losses are never negative
         root = True
         while len(f0):
             self.lower_bound = min(self.incumbent, float(tuple_lb.min())) - self.tolerance()
@@ -97,48 +97,67 @@ class DeepSearch(Search):
             self.iterations += 1
             self.frontier_sizes.append(len(f0))
             self.tuples_explored += len(f0)
-            f0, lo, hi, tuple_lb = self.step_deep(f0, lo, hi, all_lb, root=root)
+            f0, lo, hi, tuple_lb = self.step_deep(f0, lo, hi, tuple_lb, all_lb, root=root)
             root = False
             self.report(tuple_lb)
         self.lower_bound = self.incumbent - self.tolerance()
 
-    def step_deep(self, f0, lo, hi, all_lb: float, *, root: bool):
-        problem, s = self.problem, self.s
+    def step_deep(self, f0, lo, hi, tuple_lb, all_lb: float, *, root: bool):
+        """Solve the sides at every tuple's cuts, then prune with the final incumbent.
+
+        Past the time limit the remaining tuples are kept as they are (with their bound
+        from the previous iteration), so the reported lower bound stays valid.
+        """
+        evaluated = []
+        for i in range(len(f0)):
+            if self.time_limit is not None and self.elapsed() > self.time_limit:
+                break
+            evaluated.append(self.evaluate_tuple(int(f0[i]), int(lo[i]), int(hi[i]), all_lb, root))
+        done = len(evaluated)
+        children = [self.split_tuple(int(f0[i]), *evaluated[i]) for i in range(done)]
+        children.append((f0[done:], lo[done:], hi[done:], tuple_lb[done:]))
+        return tuple(np.concatenate(x) for x in zip(*children))
+
+    def evaluate_tuple(self, f0: int, lo: int, hi: int, all_lb: float, root: bool):
+        """Cut thresholds of one tuple and the lower bounds of both sides at each."""
+        s = self.s
         n_swept = s + 1
         j = np.arange(n_swept)
         if root:  # the ends 0 and u(f0) are known: an empty side and all samples
-            swept = ((j[None, :] + 1) * hi[:, None]) // (n_swept + 1)
+            swept = ((j + 1) * hi) // (n_swept + 1)
         else:
-            swept = lo[:, None] + (j[None, :] * (hi - lo)[:, None]) // s
-        pos = problem.cut_pos[f0[:, None], swept]
-        P = np.empty(swept.shape)
-        S = np.empty(swept.shape)
-        for i in range(len(f0)):
-            for jj in range(n_swept):
-                if self.time_limit is not None and self.elapsed() > self.time_limit:
-                    P[i, jj] = S[i, jj] = 0.0  # unexplored: no bound
-                    continue
-                P[i, jj], S[i, jj] = self.root_split(int(f0[i]), int(pos[i, jj]))
-        cuts = swept
-        if root:
-            T = len(f0)
-            P = np.concatenate([np.zeros((T, 1)), P, np.full((T, 1), all_lb)], axis=1)
-            S = np.concatenate([np.full((T, 1), all_lb), S, np.zeros((T, 1))], axis=1)
-            cuts = np.concatenate([lo[:, None], swept, hi[:, None]], axis=1)
-        pa, pb = P[:, :-1], P[:, 1:]
-        sa, sb = S[:, :-1], S[:, 1:]
-        piece_lo, piece_hi = cuts[:, :-1], cuts[:, 1:]
+            swept = lo + (j * (hi - lo)) // s
+        pos = self.problem.cut_pos[f0, swept]
+        P = np.empty(n_swept)
+        S = np.empty(n_swept)
+        for jj in range(n_swept):
+            P[jj], S[jj] = self.root_split(f0, int(pos[jj]))
+        if not root:
+            return swept, P, S
+        cuts = np.concatenate([[lo], swept, [hi]])
+        return cuts, np.concatenate([[0.0], P, [all_lb]]), np.concatenate([[all_lb], S, [0.0]])
+
+    def split_tuple(self, f0: int, cuts, P, S):
+        """Prune the pieces between a tuple's cuts; the survivors are its children."""
+        problem = self.problem
+        pa, pb = P[:-1], P[1:]
+        sa, sb = S[:-1], S[1:]
+        piece_lo, piece_hi = cuts[:-1], cuts[1:]
         piece_lb = pa + sb
         child_lo, child_hi = piece_lo + 1, piece_hi - 1  # endpoints are solved exactly
         if problem.task == "classification":
-            width = (problem.weight_left[f0[:, None], piece_hi]
-                     - problem.weight_left[f0[:, None], piece_lo])
+            width = problem.weight_left[f0, piece_hi] - problem.weight_left[f0, piece_lo]
             piece_lb = np.maximum(piece_lb, pb + sa - width)
         alive = (child_lo <= child_hi) & self.can_improve(piece_lb)
         if problem.task == "classification" and alive.any():
-            child_lo, child_hi = self.shrink(
-                f0, piece_lo, piece_hi, pa, pb, sa, sb, child_lo, child_hi, alive
+            roots = np.array([f0])
+            child_lo, child_hi = (
+                x[0]
+                for x in self.shrink(
+                    roots, piece_lo[None], piece_hi[None], pa[None], pb[None], sa[None],
+                    sb[None], child_lo[None], child_hi[None], alive[None],
+                )
             )
             alive &= child_lo <= child_hi
-        ti, tj = np.nonzero(alive)
-        return f0[ti], child_lo[ti, tj], child_hi[ti, tj], piece_lb[ti, tj]
+        keep = np.nonzero(alive)[0]
+        return np.full(len(keep), f0), child_lo[keep], child_hi[keep], piece_lb[keep]

@@ -143,7 +143,7 @@ class Search:
         hi = problem.n_thresholds.astype(np.int64)
         F1 = np.ones((p, p), dtype=bool)
         F2 = np.ones((p, p), dtype=bool)
-        tuple_lb = np.full(p, -np.inf)
+        tuple_lb = np.zeros(p)  # losses are never negative
         root = True
         while len(f0):
             self.lower_bound = min(self.incumbent, float(tuple_lb.min())) - self.tolerance()
