@@ -108,12 +108,13 @@ class KernelRunner:
                     [block, np.repeat(block[:, -1:], cut_block - width, axis=1)], axis=1
                 )
             pending = []
+            padded_rows = -(-rows // chunk) * chunk
+            padded = [
+                np.pad(a, (0, padded_rows - rows)).astype(np.int32) for a in row_arrays
+            ] + [np.pad(block, ((0, padded_rows - rows), (0, 0))).astype(np.int32)]
             for r0 in range(0, rows, chunk):  # one cache-sized call per chunk of rows
                 r1 = min(rows, r0 + chunk)
-                pad = chunk - (r1 - r0)
-                args = [np.pad(a[r0:r1], (0, pad)).astype(np.int32) for a in row_arrays]
-                args.append(np.pad(block[r0:r1], ((0, pad), (0, 0))).astype(np.int32))
-                call_args = (self.data, *args)
+                call_args = (self.data, *(a[r0 : r0 + chunk] for a in padded))
                 exe = self._executable(name, fn, call_args, extra_statics)
                 pending.append((r0, r1, exe(*call_args)))  # dispatched asynchronously
             for r0, r1, (pre, suf) in pending:

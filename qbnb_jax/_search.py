@@ -107,7 +107,7 @@ class Search:
         """`L1(all samples, f)` for every feature, computed once on the host."""
         if self._stump_of_all is None:
             everyone = np.ones(self.problem.n, dtype=bool)
-            self._stump_of_all = stump_losses(self.problem, everyone)[0]
+            self._stump_of_all, self._stump_positions = stump_losses(self.problem, everyone)
         return self._stump_of_all
 
     def elapsed(self) -> float:
@@ -123,13 +123,16 @@ class Search:
     def greedy(self) -> None:
         """Greedy depth-2 tree (best stump, then best stump on each side)."""
         problem = self.problem
-        _, f0, k = best_stump(problem, np.ones(problem.n, dtype=bool))
-        t = int(np.searchsorted(problem.cut_pos[f0, : problem.n_thresholds[f0] + 1], k))
-        left = np.zeros(problem.n, dtype=bool)
-        left[problem.perm[f0, :k]] = True
-        loss_l, f1, _ = best_stump(problem, left)
-        loss_r, f2, _ = best_stump(problem, ~left)
-        self.offer(loss_l + loss_r, self.depth2_splits(f0, t, f1, f2))
+        self.stump_of_all()
+        f0 = int(np.argmin(self._stump_of_all))
+        k = int(self._stump_positions[f0])
+        left = problem.rank[f0] < k
+        halves = []
+        for side in (left, ~left):
+            loss, f, pos = best_stump(problem, side)
+            halves.append((loss, (f, position_threshold(problem, f, pos), None, None)))
+        splits = (f0, position_threshold(problem, f0, k), halves[0][1], halves[1][1])
+        self.offer(halves[0][0] + halves[1][0], splits)
 
     def solve_depth2(self) -> None:
         problem = self.problem
