@@ -72,17 +72,6 @@ class Problem:
             weight_left=np.take_along_axis(cum, self.cut_pos, axis=1),
         )
 
-    def threshold_value(self, f: int, t: int) -> float:
-        """Midpoint threshold of index `t` on feature `f` (-inf/+inf at the ends)."""
-        u = int(self.n_thresholds[f])
-        if t <= 0:
-            return -np.inf
-        if t >= u:
-            return np.inf
-        k = int(self.cut_pos[f, t])
-        xs = self.X[self.perm[f], f]
-        return midpoint(float(xs[k - 1]), float(xs[k]))
-
 
 def midpoint(lo: float, hi: float) -> float:
     """A threshold `t` with `lo <= t < hi` for consecutive distinct values `lo < hi`.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._data import Problem
+from ._data import Problem, midpoint
 from ._tree import LEAF, Tree
 
 
@@ -69,7 +69,8 @@ def position_threshold(problem: Problem, f: int, k: int) -> float:
     if k >= problem.n:
         return np.inf
     xs = problem.X[problem.perm[f], f]
-    return float((xs[k - 1] + xs[k]) / 2.0)
+    return midpoint(float(xs[k - 1]), float(xs[k]))
+
 
 
 class _Builder:

@@ -142,7 +142,7 @@ def _make_result(search: Search, depth: int) -> SolveResult:
     problem = search.problem
     tree = build_tree(problem, search.splits)
     objective = tree_objective(tree, problem)
-    lower = min(search.lower_bound, objective)
+    lower = max(0.0, min(search.lower_bound, objective))  # losses are never negative
     if search.status == "optimal" and search.exact:
         lower = objective
     stats = {
