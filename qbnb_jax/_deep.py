@@ -90,13 +90,8 @@ class DeepSearch(Search):
         tuple_lb = np.zeros(p)  # losses are never negative
         root = True
         while len(f0):
-            self.lower_bound = min(self.incumbent, float(tuple_lb.min())) - self.tolerance()
-            if self.time_limit is not None and self.elapsed() > self.time_limit:
-                self.status = "time_limit"
+            if not self.begin_iteration(tuple_lb):
                 return
-            self.iterations += 1
-            self.frontier_sizes.append(len(f0))
-            self.tuples_explored += len(f0)
             f0, lo, hi, tuple_lb = self.step_deep(f0, lo, hi, tuple_lb, all_lb, root=root)
             root = False
             self.report(tuple_lb)

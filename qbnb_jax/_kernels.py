@@ -243,6 +243,20 @@ def _full_row(data: SweepData, f0: Array, f: Array, cuts: Array) -> tuple[Array,
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
+def _window_losses(data, f0, lo, hi, cuts, left, base, valid) -> tuple[Array, Array]:
+    """Stump losses of [lo, c) and [c, hi) from the scans of a window's samples.
+
+    `left`: `(K, L, S)` scans of the prefix part; `base`: `(L, S)`, of the whole window.
+    """
+    cum = data.root_cum[f0]
+    pre_tot = cum[cuts] - cum[lo][None]
+    suf_tot = cum[hi][None] - cum[cuts]
+    pre_scan = left[:, -1]
+    prefix = _best_scores(data, left, pre_scan, valid)
+    suffix = _best_scores(data, base[None] - left, base[-1][None] - pre_scan, valid)
+    return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
+
+
 def _windowed_row(
     data: SweepData, f0: Array, f: Array, lo: Array, hi: Array, cuts: Array
 ) -> tuple[Array, Array]:
@@ -254,13 +268,7 @@ def _windowed_row(
     left = _cumsum(contrib, axis=1)
     base = _cumsum(jnp.where(window[:, None], scan, 0), axis=0)
     valid = data.cut_valid[f][1:]
-    cum = data.root_cum[f0]
-    pre_tot = cum[cuts] - cum[lo][None]
-    suf_tot = cum[hi][None] - cum[cuts]
-    pre_scan = left[:, -1]
-    prefix = _best_scores(data, left, pre_scan, valid)
-    suffix = _best_scores(data, base[None] - left, base[-1][None] - pre_scan, valid)
-    return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
+    return _window_losses(data, f0, lo, hi, cuts, left, base, valid)
 
 
 def _gathered_row(
@@ -279,13 +287,7 @@ def _gathered_row(
     contrib = jnp.where((pos[None, :] < cuts[:, None])[..., None], scan[None], 0)
     left = _cumsum(contrib, axis=1)
     base = _cumsum(scan, axis=0)
-    cum = data.root_cum[f0]
-    pre_tot = cum[cuts] - cum[lo][None]
-    suf_tot = cum[hi][None] - cum[cuts]
-    pre_scan = left[:, -1]
-    prefix = _best_scores(data, left, pre_scan, valid)
-    suffix = _best_scores(data, base[None] - left, base[-1][None] - pre_scan, valid)
-    return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
+    return _window_losses(data, f0, lo, hi, cuts, left, base, valid)
 
 
 @jax.jit

@@ -149,16 +149,11 @@ class Search:
         tuple_lb = np.zeros(p)  # losses are never negative
         root = True
         while len(f0):
-            self.lower_bound = min(self.incumbent, float(tuple_lb.min())) - self.tolerance()
-            if self.time_limit is not None and self.elapsed() > self.time_limit:
-                self.status = "time_limit"
+            if not self.begin_iteration(tuple_lb):
                 return
             while self.capacity < len(f0) and self.capacity < self.max_capacity:
                 self.capacity *= 2
             self.capacity_history.append(self.capacity)
-            self.iterations += 1
-            self.frontier_sizes.append(len(f0))
-            self.tuples_explored += len(f0)
             children = [
                 self.step(*(x[b0 : b0 + self.capacity] for x in (f0, lo, hi, F1, F2)), root=root)
                 for b0 in range(0, len(f0), self.capacity)  # bounded memory per block
@@ -167,6 +162,17 @@ class Search:
             root = False
             self.report(tuple_lb)
         self.lower_bound = self.incumbent - self.tolerance()
+
+    def begin_iteration(self, tuple_lb: np.ndarray) -> bool:
+        """Record the proved bound; False (status "time_limit") when time is up."""
+        self.lower_bound = min(self.incumbent, float(tuple_lb.min())) - self.tolerance()
+        if self.time_limit is not None and self.elapsed() > self.time_limit:
+            self.status = "time_limit"
+            return False
+        self.iterations += 1
+        self.frontier_sizes.append(len(tuple_lb))
+        self.tuples_explored += len(tuple_lb)
+        return True
 
     def report(self, tuple_lb: np.ndarray) -> None:
         if self.progress is None:

@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
             "included), warm = best of --repeat solves in this process."
         ),
     )
-    ap.add_argument("--depth", type=int, choices=(1, 2, 3), default=2,
+    ap.add_argument("--depth", type=int, choices=(1, 2, 3, 4), default=2,
                     help="tree depth (default 2)")
     ap.add_argument("--datasets", default=None, metavar="A,B,C",
                     help="comma separated dataset names (default: all)")
