@@ -1,7 +1,7 @@
 """The `qbnb` command line: fit an optimal tree on a CSV file, predict, export.
 
     qbnb fit DATA.csv --target COL [--task auto|classification|regression] [--depth 2]
-             [--time-limit S] [--bound w1] [--weight COL] [--output tree.json] [--quiet]
+             [--time-limit S] [--bound w0] [--weight COL] [--output tree.json] [--quiet]
     qbnb predict tree.json DATA.csv [--output FILE]
     qbnb export tree.json [--format text|dot] [--output FILE]
 
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop after S seconds with the best tree so far (default: no limit)",
     )
     fit.add_argument(
-        "--bound", choices=BOUNDS, default="w1", help="lower bound used for pruning (default w1)"
+        "--bound", choices=BOUNDS, default="w0", help="lower bound used for pruning (default w0)"
     )
     fit.add_argument(
         "--weight", default=None, metavar="COL", help="column of non-negative sample weights"

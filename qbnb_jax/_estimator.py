@@ -163,7 +163,7 @@ class _BaseOptimalTree(BaseEstimator):
         self,
         *,
         max_depth: int = 2,
-        bound: str = "w1",
+        bound: str = "w0",
         time_limit: float | None = None,
         verbose: bool | int = False,
         s: int = 3,
@@ -307,7 +307,7 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         Depth of the tree. The tree is perfect (every leaf at this depth), but a split
         may send all samples one way, so the optimum is never worse than a shallower
         tree's.
-    bound : {"w0", "w1", "w2", "l2"}, default="w1"
+    bound : {"w0", "w1", "w2", "l2"}, default="w0"
         The lower bound used to prune the search (see the paper). It changes the speed
         of the search, never its result.
     time_limit : float or None, default=None
@@ -484,7 +484,7 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
     max_depth : int, default=2
         Depth of the tree. The tree is perfect, but a split may send all samples one
         way, so the optimum is never worse than a shallower tree's.
-    bound : {"w0", "w1", "w2", "l2"}, default="w1"
+    bound : {"w0", "w1", "w2", "l2"}, default="w0"
         The lower bound used to prune the search. It changes the speed of the
         search, never its result.
     time_limit : float or None, default=None

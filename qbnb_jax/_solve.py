@@ -85,7 +85,7 @@ def solve(
     task: str,
     depth: int = 2,
     sample_weight=None,
-    bound: str = "w1",
+    bound: str = "w0",
     s: int = 3,
     time_limit: float | None = None,
     progress: Callable[[dict], None] | None = None,
@@ -100,7 +100,7 @@ def solve(
     - `task`: `"classification"` (0-1 loss) or `"regression"` (squared error).
     - `depth`: 1, 2, 3 or 4 (3 and 4 cost much more: see `_deep.py`).
     - `sample_weight`: non-negative weights `(n,)`; zero removes a sample.
-    - `bound`: lower bound used for pruning: `"w0"`, `"w1"` (W1_{s'}, default), `"w2"`
+    - `bound`: lower bound used for pruning: `"w0"` (default), `"w1"` (W1_{s'}), `"w2"`
       or `"l2"` (exhaustive), as in the paper's section 3.
     - `s`: number of pieces each root interval is cut into per iteration.
     - `time_limit`: seconds; when exceeded the best tree so far is returned with

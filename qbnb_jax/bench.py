@@ -66,8 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--data-dir", default=None, metavar="DIR",
                     help=f"datasets folder (default: {DEFAULT_RELATIVE_DIR} relative to the "
                          "current directory, then to the repository root)")
-    ap.add_argument("--bound", default="w1", choices=_BOUNDS,
-                    help="lower bound used for pruning (default w1)")
+    ap.add_argument("--bound", default="w0", choices=_BOUNDS,
+                    help="lower bound used for pruning (default w0)")
     ap.add_argument("--vs", default=None, choices=("contree",),
                     help="also run a competitor: 'contree' (pycontree, classification only)")
     ap.add_argument("--repeat", type=int, default=3, metavar="N",
