@@ -82,8 +82,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="skip the fresh-process cold runs (cold s and compile s then come "
                          "from the first solve in this process, marked with *)")
     ap.add_argument("--jax-cache", default=None, metavar="DIR",
-                    help="enable JAX's persistent compilation cache in DIR (default: whatever "
-                         "JAX_COMPILATION_CACHE_DIR says; none if unset)")
+                    help="JAX's persistent compilation cache in DIR (default: qbnb_jax's own, "
+                         "$QBNB_JAX_CACHE_DIR or ~/.cache/qbnb_jax; see README)")
     ap.add_argument("--output", default=None, metavar="FILE.md",
                     help="also write the table (with a header of settings) to this file")
     ap.add_argument("--_cold", default=None, help=argparse.SUPPRESS)
@@ -292,7 +292,9 @@ def _environment(args) -> str:
     except Exception as exc:  # pragma: no cover
         jax_txt = f"jax unavailable ({exc})"
     when = datetime.datetime.now().isoformat(timespec="seconds")
-    cache = args.jax_cache or os.environ.get("JAX_COMPILATION_CACHE_DIR") or "none"
+    cache = args.jax_cache or os.environ.get("JAX_COMPILATION_CACHE_DIR") or (
+        "qbnb_jax default ($QBNB_JAX_CACHE_DIR or ~/.cache/qbnb_jax)"
+    )
     return (f"{when}; {platform.node()}; {platform.machine()}, {os.cpu_count()} CPUs; "
             f"Python {platform.python_version()}; {jax_txt}; depth {args.depth}, "
             f"bound {args.bound}, repeat {args.repeat}, time limit {args.time_limit}, "
