@@ -651,15 +651,17 @@ def load_tree(path: str | os.PathLike) -> Any:
     OSError
         If the file cannot be read.
     """
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
+    with open(path, "rb") as fh:
+        raw = fh.read()
     try:
-        data = json.loads(text)
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{os.fspath(path)}: not a UTF-8 text file.") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{os.fspath(path)}: not a valid JSON file ({err}).") from None
     try:
         return _from_json_dict(data)
-    except ValueError as err:
+    except (ValueError, OverflowError, TypeError) as err:
         raise ValueError(f"{os.fspath(path)}: {err}") from None
 
 

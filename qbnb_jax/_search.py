@@ -62,7 +62,7 @@ class Search:
         scale = float(problem.weight.sum())
         if problem.loss_kind == "sse":
             scale = float(problem.stats[:, -1].sum())  # total squared error of the root
-        self.atol = ATOL * max(scale, 1.0)
+        self.atol = ATOL * scale if scale > 0 else np.finfo(float).tiny  # scale-invariant
         self.runner = runner
         self.incumbent = float(cutoff)
         self.splits = None

@@ -25,6 +25,7 @@ from ._tree import Tree
 
 BOUNDS = ("w0", "w1", "w2", "l2")
 SUPPORTED_DEPTHS = (1, 2, 3, 4)
+MAX_S = 256  # pieces per interval per iteration; the work per tuple grows with s
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -70,10 +71,10 @@ def _check_options(depth, bound, s, time_limit):
         raise ValueError(f"depth={depth} is not supported: choose one of {SUPPORTED_DEPTHS}.")
     if bound not in BOUNDS:
         raise ValueError(f"Unknown bound {bound!r}: choose one of {BOUNDS}.")
-    if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 2:
-        raise ValueError(f"s must be an integer >= 2; got {s!r}.")
+    if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 2 <= s <= MAX_S:
+        raise ValueError(f"s must be an integer from 2 to {MAX_S}; got {s!r}.")
     if time_limit is not None and not (
-        isinstance(time_limit, (int, float)) and np.isfinite(time_limit) and time_limit > 0
+        isinstance(time_limit, (int, float)) and not np.isnan(time_limit) and time_limit > 0
     ):
         raise ValueError(f"time_limit must be a positive number of seconds; got {time_limit!r}.")
 
@@ -103,8 +104,8 @@ def solve(
     - `bound`: lower bound used for pruning: `"w0"` (default), `"w1"` (W1_{s'}), `"w2"`
       or `"l2"` (exhaustive), as in the paper's section 3.
     - `s`: number of pieces each root interval is cut into per iteration.
-    - `time_limit`: seconds; when exceeded the best tree so far is returned with
-      status `"time_limit"` and a proved lower bound.
+    - `time_limit`: seconds (None or inf: no limit); when exceeded the best tree so far
+      is returned with status `"time_limit"` and a proved lower bound.
     - `progress`: called after every iteration with a dict (`iteration`, `frontier`,
       `incumbent`, `lower_bound`, `gap`, `elapsed`).
     - `initial_capacity`: tuples processed per block at first; doubles (up to 4096)
@@ -123,6 +124,8 @@ def solve(
         not isinstance(initial_capacity, (int, np.integer)) or initial_capacity < 1
     ):
         raise ValueError(f"initial_capacity must be a positive integer; got {initial_capacity!r}.")
+    if time_limit is not None and np.isinf(time_limit):
+        time_limit = None
     enable_persistent_cache()
     start = time.perf_counter()
     problem = make_problem(X, y, task=task, sample_weight=sample_weight)

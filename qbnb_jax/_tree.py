@@ -109,11 +109,19 @@ class Tree:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Tree:
         """Rebuild a tree from `to_dict` output, checking that it is a valid tree."""
+        def indices(name: str) -> np.ndarray:
+            values = np.asarray(data[name], dtype=np.float64)
+            if values.ndim != 1 or not np.all(np.isfinite(values)) or np.any(
+                values != np.round(values)
+            ) or np.any(np.abs(values) >= 2**31):
+                raise ValueError(f"{name} must be a list of integer node or feature indices")
+            return values.astype(np.int32)
+
         try:
             tree = cls(
-                children_left=np.asarray(data["children_left"], dtype=np.int32),
-                children_right=np.asarray(data["children_right"], dtype=np.int32),
-                feature=np.asarray(data["feature"], dtype=np.int32),
+                children_left=indices("children_left"),
+                children_right=indices("children_right"),
+                feature=indices("feature"),
                 threshold=np.asarray(
                     [np.nan if t is None else t for t in data["threshold"]], dtype=np.float64
                 ),
@@ -123,7 +131,7 @@ class Tree:
                 ),
                 task=data["task"],
             )
-        except (KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise ValueError(f"Malformed tree description: {err}") from None
         tree.check()
         return tree
@@ -143,6 +151,10 @@ class Tree:
             leaf != (self.children_right == LEAF)
         ):
             raise ValueError("Malformed tree: leaves and children disagree.")
+        if not np.all(np.isfinite(self.value)) or not np.all(
+            np.isfinite(self.weighted_n_node_samples)
+        ):
+            raise ValueError("Malformed tree: values and weights must be finite numbers.")
         if np.any(~leaf & ~np.isfinite(self.threshold)):
             raise ValueError("Malformed tree: an internal node has no finite threshold.")
         children = np.concatenate([self.children_left[~leaf], self.children_right[~leaf]])

@@ -89,8 +89,8 @@ def candidate_splits(X: np.ndarray) -> np.ndarray:
     rows = [np.ones(n, dtype=bool)]
     for f in range(p):
         values = np.unique(X[:, f])
-        for thr in (values[:-1] + values[1:]) / 2.0:
-            rows.append(X[:, f] <= thr)
+        for v in values[:-1]:  # everything up to each distinct value goes left
+            rows.append(X[:, f] <= v)
     return np.unique(np.array(rows, dtype=bool).reshape(-1, n), axis=0)
 
 
