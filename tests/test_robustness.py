@@ -345,7 +345,7 @@ def cli_cases(tmp: pathlib.Path, tree: str) -> dict[str, tuple[list[str], str]]:
         "tree not JSON": (["export", write(tmp / "t1.json", "{oops")], "not a valid JSON"),
         "tree JSON list": (["export", write(tmp / "t2.json", "[]")], "not a qbnb_jax tree"),
         "tree binary": (["export", write(tmp / "t3.json", b"\xff\xfe\x00")], "not a UTF-8"),
-        "tree huge index": (["export", write(tmp / "t4.json", huge)], "[Mm]alformed tree"),
+        "tree huge index": (["export", write(tmp / "t4.json", huge)], "alformed tree"),
         "predict with a CSV as tree": (["predict", ok, ok], "not a valid JSON"),
     }
 
