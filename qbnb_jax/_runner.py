@@ -19,7 +19,7 @@ from ._kernels import SweepData, sweep_full, sweep_gathered, sweep_windowed
 
 # Elements of the (chunk, cuts, length, channels) intermediate processed at once:
 # small enough to stay in cache (DESIGN.md: 16-64 rows of a few thousand samples).
-CHUNK_ELEMENTS = 1 << 19
+CHUNK_ELEMENTS = 1 << 18
 MAX_CHUNK = 64
 MAX_CUTS = 32  # cuts per row per call; more are split into blocks
 # Windows longer than n / GATHER_SHARE are scanned in place rather than gathered.
