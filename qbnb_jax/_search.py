@@ -72,7 +72,7 @@ class Search:
         self.frontier_sizes: list[int] = []
         self.capacity_history: list[int] = []
         self.tuples_explored = 0
-        self._stump_of_all: np.ndarray | None = None
+        self._stump_of_all: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- incumbent and pruning ------------------------------------------------------
     def tolerance(self) -> float:
@@ -103,11 +103,11 @@ class Search:
         _, right_spec = self.stump_splits(~left, f2)
         return (f0, position_threshold(problem, f0, k), left_spec, right_spec)
 
-    def stump_of_all(self) -> np.ndarray:
-        """`L1(all samples, f)` for every feature, computed once on the host."""
+    def stump_of_all(self) -> tuple[np.ndarray, np.ndarray]:
+        """Best stump of all samples on every feature: `(losses, positions)`, once."""
         if self._stump_of_all is None:
             everyone = np.ones(self.problem.n, dtype=bool)
-            self._stump_of_all, self._stump_positions = stump_losses(self.problem, everyone)
+            self._stump_of_all = stump_losses(self.problem, everyone)
         return self._stump_of_all
 
     def elapsed(self) -> float:
@@ -121,18 +121,24 @@ class Search:
 
     # -- depth 2 --------------------------------------------------------------------
     def greedy(self) -> None:
-        """Greedy depth-2 tree (best stump, then best stump on each side)."""
+        """Greedy depth-2 tree: the best stump, then the best stump on each side.
+
+        The sides come from one kernel sweep (every feature at the root's cut), the
+        same kernel the search uses; only the winning stumps are rebuilt on the host.
+        """
         problem = self.problem
-        self.stump_of_all()
-        f0 = int(np.argmin(self._stump_of_all))
-        k = int(self._stump_positions[f0])
-        left = problem.rank[f0] < k
-        halves = []
-        for side in (left, ~left):
-            loss, f, pos = best_stump(problem, side)
-            halves.append((loss, (f, position_threshold(problem, f, pos), None, None)))
-        splits = (f0, position_threshold(problem, f0, k), halves[0][1], halves[1][1])
-        self.offer(halves[0][0] + halves[1][0], splits)
+        losses, positions = self.stump_of_all()
+        f0 = int(np.argmin(losses))
+        k = int(positions[f0])
+        features = np.arange(problem.p)
+        pre, suf = self.runner.full(
+            np.full(problem.p, f0), features, np.full((problem.p, self.s + 1), k)
+        )
+        f1, f2 = int(np.argmin(pre[:, 0])), int(np.argmin(suf[:, 0]))
+        value = float(pre[f1, 0] + suf[f2, 0])
+        if value < self.incumbent:
+            t = int(np.searchsorted(problem.cut_pos[f0, : problem.n_thresholds[f0] + 1], k))
+            self.offer(value, self.depth2_splits(f0, t, f1, f2))
 
     def solve_depth2(self) -> None:
         problem = self.problem
@@ -214,7 +220,7 @@ class Search:
         S[ti[in2], :, fi[in2]] = suf[in2]
         cuts = swept
         if root:
-            everything = np.where(F1, self.stump_of_all()[None, :], np.inf)[:, None, :]
+            everything = np.where(F1, self.stump_of_all()[0][None, :], np.inf)[:, None, :]
             nothing = np.where(F1, 0.0, np.inf)[:, None, :]
             P = np.concatenate([nothing, P, everything], axis=1)
             S = np.concatenate([everything, S, nothing], axis=1)
