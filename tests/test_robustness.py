@@ -714,9 +714,11 @@ def test_time_limit_stops_within_one_iteration(slow_problem):
     assert np.isfinite(res.gap) and res.gap >= 0
     assert res.lower_bound <= res.objective
     assert res.gap == pytest.approx(res.objective - res.lower_bound)
-    assert res.stats["iterations"] == len(ticks) >= 1
+    # Zero iterations is allowed: presorting, the greedy tree and a first compile can
+    # use up the limit on their own, and the search then stops before iterating.
+    assert res.stats["iterations"] == len(ticks)
     gaps = np.diff([start, *ticks])
-    slowest = float(gaps.max())
+    slowest = float(gaps.max(initial=0.0))
     elapsed = end - start
     assert elapsed <= 1.1 * limit + slowest + 2.0, (elapsed, gaps)
     # the tree is a real depth-2 tree whose objective is its training loss
