@@ -38,14 +38,22 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
     `mask` before it go left. Ties go to the lowest position.
     """
     features = np.arange(problem.p) if features is None else np.asarray(features)
-    stats = np.where(mask[:, None], problem.stats, 0).astype(np.float64)
-    sorted_stats = stats[problem.perm[features]]  # (F, n, C)
-    cum = np.concatenate(
-        [np.zeros((len(features), 1, stats.shape[1])), np.cumsum(sorted_stats, axis=1)], axis=1
-    )
-    loss = leaf_loss_np(cum, problem.loss_kind) + leaf_loss_np(
-        cum[:, -1:] - cum, problem.loss_kind
-    )
+    stats = np.where(mask[:, None], problem.stats, 0)
+    order = problem.perm[features]
+    if problem.loss_kind != "sse" and stats.shape[1] == 2:
+        # Two classes: loss(left) + loss(right) = (T - |d_left| - |D - d_left|) / 2 with
+        # d the signed count, so one cumulative sum suffices (as in the kernels).
+        signed = stats[:, 1] - stats[:, 0]
+        d = np.concatenate([np.zeros((len(features), 1)), np.cumsum(signed[order], axis=1)], 1)
+        loss = (stats.sum() - np.abs(d) - np.abs(d[:, -1:] - d)) / 2.0
+    else:
+        stats = stats.astype(np.float64)
+        cum = np.concatenate(
+            [np.zeros((len(features), 1, stats.shape[1])), np.cumsum(stats[order], axis=1)], 1
+        )  # (F, n+1, C)
+        loss = leaf_loss_np(cum, problem.loss_kind) + leaf_loss_np(
+            cum[:, -1:] - cum, problem.loss_kind
+        )
     loss = np.where(problem.cut_valid[features], loss, np.inf)
     positions = np.argmin(loss, axis=1)
     return loss[np.arange(len(features)), positions], positions
