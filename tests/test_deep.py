@@ -47,3 +47,29 @@ def test_depth3_is_deterministic():
         np.testing.assert_array_equal(
             getattr(first.tree, name), getattr(second.tree, name), err_msg=name
         )
+
+
+def test_tiny_memory_budget_still_optimal(monkeypatch):
+    """Kernel chunks of one row per call and frontier blocks of two tuples (the two
+    memory knobs at their smallest) change nothing but speed."""
+    import sys
+
+    import qbnb_jax._runner as runner
+    import qbnb_jax._search as search
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from helpers import brute_force
+
+    rng = np.random.default_rng(5)
+    X = rng.integers(0, 6, size=(40, 3)).astype(float)
+    y = rng.integers(0, 3, size=40)
+    reference = solve(X, y, task="classification", depth=2).objective
+    monkeypatch.setattr(runner, "CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(search, "MAX_CAPACITY", 2)
+    for depth in (2, 3):
+        res = solve(X, y, task="classification", depth=depth, initial_capacity=1)
+        assert res.status == "optimal"
+        assert res.objective == brute_force(X, y, None, task="classification", depth=depth)
+        if depth == 2:
+            assert res.objective == reference
+            assert max(res.stats["capacity_history"]) == 2 < max(res.stats["frontier_sizes"])
