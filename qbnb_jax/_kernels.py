@@ -84,15 +84,20 @@ class SweepData(eqx.Module):
             scan_dtype = np.int64
         cut_valid = np.zeros((p, n_pad + 1), dtype=bool)
         cut_valid[:, : n + 1] = problem.cut_valid
+        # rank_in_root[f0, f] = rank[f0][perm[f]], (p, p, n_pad). One transfer for all
+        # arrays: each separate device_put costs ~0.2 ms.
+        rank_in_root, cut_valid, perm, rank, value_rank = jax.device_put(
+            (rank[:, perm], cut_valid, perm, rank, value_rank)
+        )
         layout = SweepData(
-            rank_in_root=jnp.asarray(rank[:, perm]),  # (p, p, n_pad): rank[f0][perm[f]]
+            rank_in_root=rank_in_root,
             sorted_scan=None,
             full_scan=None,
             root_cum=None,
-            cut_valid=jnp.asarray(cut_valid),
-            perm=jnp.asarray(perm),
-            rank=jnp.asarray(rank),
-            value_rank=jnp.asarray(value_rank),
+            cut_valid=cut_valid,
+            perm=perm,
+            rank=rank,
+            value_rank=value_rank,
             scan=None,
             loss_kind=problem.loss_kind,
             binary=binary,
@@ -126,12 +131,11 @@ class SweepData(eqx.Module):
         full_scan = np.concatenate([zero, np.cumsum(sorted_scan, axis=1, dtype=scan.dtype)], 1)
         zero = np.zeros((p, 1, stats.shape[1]), dtype=stats.dtype)
         root_cum = np.concatenate([zero, np.cumsum(stats[perm], axis=1, dtype=stats.dtype)], 1)
+        sorted_scan, full_scan, root_cum, scan = jax.device_put(
+            (sorted_scan, full_scan, root_cum, scan)
+        )
         return dataclasses.replace(
-            self,
-            sorted_scan=jnp.asarray(sorted_scan),
-            full_scan=jnp.asarray(full_scan),
-            root_cum=jnp.asarray(root_cum),
-            scan=jnp.asarray(scan),
+            self, sorted_scan=sorted_scan, full_scan=full_scan, root_cum=root_cum, scan=scan
         )
 
     @property
