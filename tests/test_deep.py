@@ -73,3 +73,14 @@ def test_tiny_memory_budget_still_optimal(monkeypatch):
         if depth == 2:
             assert res.objective == reference
             assert max(res.stats["capacity_history"]) == 2 < max(res.stats["frontier_sizes"])
+
+
+def test_depth4_time_limit_returns_a_bracket():
+    X, y = _noisy_problem(n=1500, p=4, seed=3)
+    limit = 0.5
+    start = time.perf_counter()
+    res = solve(X, y, task="classification", depth=4, time_limit=limit)
+    elapsed = time.perf_counter() - start
+    assert res.status == "time_limit"
+    assert 0.0 <= res.lower_bound <= res.objective and res.tree.max_depth <= 4
+    assert elapsed < limit * 1.1 + 3.0  # nested searches check the same clock
