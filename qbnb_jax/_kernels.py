@@ -300,7 +300,6 @@ def sweep_full(
     f0: Int[Array, " rows"],
     f: Int[Array, " rows"],
     cuts: Int[Array, "rows K"],
-
 ) -> tuple[Shaped[Array, "rows K"], Shaped[Array, "rows K"]]:
     """Best stumps on feature `f` of the prefix and suffix of f0's order at each cut.
 
@@ -323,7 +322,6 @@ def sweep_windowed(
     lo: Int[Array, " rows"],
     hi: Int[Array, " rows"],
     cuts: Int[Array, "rows K"],
-
 ) -> tuple[Shaped[Array, "rows K"], Shaped[Array, "rows K"]]:
     """`L1([lo, c), f)` and `L1([c, hi), f)` over positions of f0's order, scanning all n.
 

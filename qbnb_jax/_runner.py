@@ -35,7 +35,7 @@ _THREADS = int(os.environ.get("QBNB_JAX_THREADS", min(4, os.cpu_count() or 1)))
 _POOL = concurrent.futures.ThreadPoolExecutor(_THREADS) if _THREADS > 1 else None
 
 
-def _pow2_at_least(x: int) -> int:
+def pow2_at_least(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
 
@@ -104,7 +104,7 @@ class KernelRunner:
         out_suf = np.empty((rows, n_cuts), dtype=np.float64)
         if rows == 0:
             return out_pre, out_suf
-        cut_block = min(_pow2_at_least(n_cuts), cut_block)
+        cut_block = min(pow2_at_least(n_cuts), cut_block)
         chunk = self._chunk(cut_block, length)
         for c0 in range(0, n_cuts, cut_block):
             block = cuts[:, c0 : c0 + cut_block]

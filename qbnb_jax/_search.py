@@ -21,7 +21,7 @@ import numpy as np
 
 from ._data import Problem
 from ._host import best_stump, position_threshold, stump_losses
-from ._runner import KernelRunner
+from ._runner import KernelRunner, pow2_at_least
 
 # Regression and fractional weights: prune only when LB > U + RTOL*|U| + ATOL*scale.
 RTOL = 1e-9
@@ -34,10 +34,6 @@ W1_MAX_SHARE = 8  # W1 refines only pieces with at most n / 8 samples
 
 # Tuples processed per block: the host arrays of one step grow as tuples x s x p^2.
 MAX_CAPACITY = 4096
-
-
-def _pow2_at_least(x: int) -> int:
-    return 1 << max(0, int(x) - 1).bit_length()
 
 
 class Search:
@@ -55,7 +51,7 @@ class Search:
         self.s = s
         self.time_limit = time_limit
         self.progress = progress
-        self.capacity = _pow2_at_least(capacity)
+        self.capacity = pow2_at_least(capacity)
         self.max_capacity = max(self.capacity, MAX_CAPACITY)
         self.start = start
         self.exact = problem.loss_kind == "count"
