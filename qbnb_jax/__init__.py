@@ -6,6 +6,7 @@ from ._estimator import (
     OptimalTreeClassifier as OptimalTreeClassifier,
     OptimalTreeRegressor as OptimalTreeRegressor,
 )
+from ._batch import solve_batch as solve_batch, solve_many as solve_many
 from ._export import (
     export_graphviz as export_graphviz,
     export_text as export_text,
@@ -29,4 +30,6 @@ __all__ = [
     "plot_tree",
     "save_tree",
     "solve",
+    "solve_batch",
+    "solve_many",
 ]

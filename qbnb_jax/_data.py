@@ -72,6 +72,60 @@ class Problem:
             weight_left=np.take_along_axis(cum, self.cut_pos, axis=1),
         )
 
+    def reweight(self, weight: np.ndarray, integral: bool) -> Problem:
+        """The same samples and layout with other weights (validated, `(n,)`, not all 0).
+
+        Thresholds are those of the samples with positive weight, numbered as a solve
+        of that weighted problem alone numbers them (zero-weight rows dropped): a cut
+        sits right after a positive sample whose next positive sample has a larger
+        value. Searches on the two then take the same path and return the same tree.
+        Requires `self` to have unit weights (as `make_problem` without weights).
+        """
+        n, p = self.n, self.p
+        if self.task == "classification":
+            stats = self.stats * weight[:, None]  # unit-weight stats are one-hot
+            stats = stats.astype(np.int32) if integral else stats.astype(np.float64)
+            loss_kind: LossKind = "count" if integral else "weighted"
+            y, offset = self.y, None
+        else:
+            keep = weight > 0
+            raw = self.y + self.y_offset
+            _, offset, kept = _centred_sse_stats(raw[keep], weight[keep])
+            stats = np.zeros((n, kept.shape[1]))
+            stats[keep] = kept
+            y = raw - offset
+            loss_kind = "sse"
+        positive = weight[self.perm] > 0  # (p, n), each feature's order
+        x_sorted = np.take_along_axis(self.X.T, self.perm, axis=1)
+        index = np.where(positive, np.arange(n)[None, :], n)
+        next_positive = np.minimum.accumulate(index[:, ::-1], axis=1)[:, ::-1]  # at >= k
+        after = next_positive[:, 1:]  # (p, n-1): first positive sample at or after k
+        larger = np.take_along_axis(x_sorted, np.minimum(after, n - 1), axis=1) > x_sorted[:, :-1]
+        cut_valid = np.zeros((p, n + 1), dtype=bool)
+        cut_valid[:, 0] = True
+        cut_valid[:, 1:n] = positive[:, :-1] & (after < n) & larger
+        cut_pos = np.full((p, n + 1), n, dtype=np.int32)
+        n_thresholds = np.empty(p, dtype=np.int32)
+        for f in range(p):
+            inner = np.nonzero(cut_valid[f, 1:n])[0] + 1
+            cut_pos[f, 0] = 0
+            cut_pos[f, 1 : 1 + len(inner)] = inner
+            n_thresholds[f] = len(inner) + 1
+        cum = np.concatenate([np.zeros((p, 1)), np.cumsum(weight[self.perm], axis=1)], 1)
+        return dataclasses.replace(
+            self,
+            loss_kind=loss_kind,
+            stats=stats,
+            cut_valid=cut_valid,
+            cut_pos=cut_pos,
+            n_thresholds=n_thresholds,
+            weight_left=np.take_along_axis(cum, cut_pos, axis=1),
+            y_offset=offset,
+            y=y,
+            weight=weight,
+        )
+
+
 
 def midpoint(lo: float, hi: float) -> float:
     """A threshold `t` with `lo <= t < hi` for consecutive distinct values `lo < hi`.
@@ -245,31 +299,7 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
             stats = onehot * w[:, None]
             loss_kind = "weighted"
     else:
-        # Centring first keeps S2 - |S1|^2/S0 well conditioned for targets with a
-        # large offset; the loss of every set is unchanged by the shift.
-        with np.errstate(over="ignore", invalid="ignore"):
-            offset = (w[:, None] * y_enc).sum(axis=0) / w.sum()
-        # A constant target column is centred to exact zeros: its weighted mean can be
-        # off by an ulp, and round-off alone would then make some split look better
-        # than the single leaf (scikit-learn returns a leaf for constant targets).
-        constant = np.all(y_enc == y_enc[:1], axis=0)
-        offset = np.where(constant, y_enc[0], offset)
-        with np.errstate(over="ignore", invalid="ignore"):
-            y_enc = y_enc - offset
-            stats = np.concatenate(
-                [w[:, None], w[:, None] * y_enc, (w * np.sum(y_enc**2, axis=1))[:, None]],
-                axis=1,
-            )
-            # The largest intermediates of a leaf loss S2 - |S1|^2 / S0 over any subset.
-            largest = np.concatenate(
-                [np.abs(stats[:, 1:-1]).sum(axis=0) ** 2, stats[:, -1:].sum(axis=0)]
-            )
-        if not (np.all(np.isfinite(offset)) and np.all(np.isfinite(largest))):
-            raise ValueError(
-                "y is too large for float64: the weighted squared deviations of the "
-                "targets overflow. Rescale y (for example divide it by its standard "
-                "deviation)."
-            )
+        y_enc, offset, stats = _centred_sse_stats(y_enc, w)
         loss_kind = "sse"
 
     perm = np.argsort(X, axis=0, kind="stable").T.astype(np.int32)  # (p, n)
@@ -315,3 +345,32 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
         y=y_enc,
         weight=w,
     )
+
+
+def _centred_sse_stats(y: np.ndarray, w: np.ndarray):
+    """`(centred y, offset, [w, w*y, w*|y|^2])` for targets `(n, m)` and weights `(n,)`."""
+    # Centring first keeps S2 - |S1|^2/S0 well conditioned for targets with a
+    # large offset; the loss of every set is unchanged by the shift.
+    with np.errstate(over="ignore", invalid="ignore"):
+        offset = (w[:, None] * y).sum(axis=0) / w.sum()
+    # A constant target column is centred to exact zeros: its weighted mean can be
+    # off by an ulp, and round-off alone would then make some split look better
+    # than the single leaf (scikit-learn returns a leaf for constant targets).
+    constant = np.all(y == y[:1], axis=0)
+    offset = np.where(constant, y[0], offset)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = y - offset
+        stats = np.concatenate(
+            [w[:, None], w[:, None] * y, (w * np.sum(y**2, axis=1))[:, None]], axis=1
+        )
+        # The largest intermediates of a leaf loss S2 - |S1|^2 / S0 over any subset.
+        largest = np.concatenate(
+            [np.abs(stats[:, 1:-1]).sum(axis=0) ** 2, stats[:, -1:].sum(axis=0)]
+        )
+    if not (np.all(np.isfinite(offset)) and np.all(np.isfinite(largest))):
+        raise ValueError(
+            "y is too large for float64: the weighted squared deviations of the "
+            "targets overflow. Rescale y (for example divide it by its standard "
+            "deviation)."
+        )
+    return y, offset, stats

@@ -72,12 +72,17 @@ def best_stump(problem: Problem, mask: np.ndarray, features=None) -> tuple[float
 
 def position_threshold(problem: Problem, f: int, k: int) -> float:
     """Threshold value for a cut before sorted position `k` of feature `f`."""
-    if k <= 0:
+    order = problem.perm[f]
+    # The neighbours are the nearest samples with positive weight (a reweighted
+    # problem keeps zero-weight rows), so thresholds match a solve without those rows.
+    before = np.flatnonzero(problem.weight[order[:k]] > 0)
+    after = np.flatnonzero(problem.weight[order[k:]] > 0)
+    if len(before) == 0:
         return -np.inf
-    if k >= problem.n:
+    if len(after) == 0:
         return np.inf
-    xs = problem.X[problem.perm[f], f]
-    return midpoint(float(xs[k - 1]), float(xs[k]))
+    xs = problem.X[order, f]
+    return midpoint(float(xs[before[-1]]), float(xs[k + after[0]]))
 
 
 
@@ -124,7 +129,7 @@ def build_tree(problem: Problem, splits) -> Tree:
         builder.right[node] = emit(right, rows[~goes_left])
         return node
 
-    emit(splits, np.arange(problem.n))
+    emit(splits, np.flatnonzero(problem.weight > 0))
     n_nodes = len(builder.feature)
     tree = Tree(
         children_left=np.asarray(builder.left, dtype=np.int32),

@@ -23,7 +23,7 @@ from ._data import LossKind, Problem
 
 
 class SweepData(eqx.Module):
-    """Device copy of the presorted arrays a sweep reads.
+    """Device copy of the presorted arrays a sweep reads, for one or many problems.
 
     A stump's loss splits into a constant of the sample set and a "score" that only
     needs a few scanned channels (see `_score`): binary classification scans one
@@ -31,26 +31,34 @@ class SweepData(eqx.Module):
     term is constant). Only those channels are scanned; set totals come from
     cumulative sums in the root feature's order, an O(1) lookup per cut.
 
+    Problems (axis P) carry their own stats; they share a sample layout (axis L, the
+    presorted orders of one X) when they differ only in weights, as bootstrap samples,
+    folds and the subsets of a deeper tree do (DESIGN.md section 5). A single solve has
+    P = L = 1.
+
     **Fields** (n samples padded, p features, C stat channels, S scanned channels):
 
-    - `rank_in_root`: `(p, p, n)`; `rank_in_root[f0, f, k]` is the position, in f0's
-      order, of the k-th sample of f's order (DESIGN.md: one compare makes a mask).
-    - `sorted_scan`: `(p, n, S)`, scanned channels in each feature's order.
-    - `full_scan`: `(p, n+1, S)`, their cumulative sums (leading zero row).
-    - `root_cum`: `(p, n+1, C)`, cumulative stat vectors in each feature's order.
-    - `cut_valid`: `(p, n+1)`, thresholds may fall before these sorted positions.
-    - `perm`, `rank`, `value_rank`: `(p, n)`; `scan`: `(n, S)`, for gathered sweeps.
+    - `rank_in_root`: `(L, p, p, n)`; `rank_in_root[l, f0, f, k]` is the position, in
+      f0's order, of the k-th sample of f's order (DESIGN.md: one compare makes a mask).
+    - `cut_valid`: `(L, p, n+1)`, thresholds may fall before these sorted positions.
+    - `perm`, `rank`, `value_rank`: `(L, p, n)`, for gathered sweeps.
+    - `sorted_scan`: `(P, p, n, S)`, scanned channels in each feature's order.
+    - `full_scan`: `(P, p, n+1, S)`, their cumulative sums (leading zero row).
+    - `root_cum`: `(P, p, n+1, C)`, cumulative stat vectors in each feature's order.
+    - `scan`: `(P, n, S)`, scanned channels in sample order.
+    - `layout_of`: `(P,)`, the layout of each problem.
     """
 
-    rank_in_root: Int[Array, "p p n"]
-    sorted_scan: Shaped[Array, "p n S"]
-    full_scan: Shaped[Array, "p n1 S"]
-    root_cum: Shaped[Array, "p n1 C"]
-    cut_valid: Bool[Array, "p n1"]
-    perm: Int[Array, "p n"]
-    rank: Int[Array, "p n"]
-    value_rank: Int[Array, "p n"]
-    scan: Shaped[Array, "n S"]
+    rank_in_root: Int[Array, "L p p n"]
+    cut_valid: Bool[Array, "L p n1"]
+    perm: Int[Array, "L p n"]
+    rank: Int[Array, "L p n"]
+    value_rank: Int[Array, "L p n"]
+    sorted_scan: Shaped[Array, "P p n S"]
+    full_scan: Shaped[Array, "P p n1 S"]
+    root_cum: Shaped[Array, "P p n1 C"]
+    scan: Shaped[Array, "P n S"]
+    layout_of: Int[Array, " P"]
     loss_kind: LossKind = eqx.field(static=True)
     binary: bool = eqx.field(static=True)
     field_bits: int = eqx.field(static=True, default=0)  # > 0: class counts bit-packed
@@ -59,88 +67,112 @@ class SweepData(eqx.Module):
 
     @staticmethod
     def from_problem(problem: Problem) -> SweepData:
-        """Device arrays for `problem`, padded to `padded_length(n)` samples.
+        """Device arrays for one problem (P = L = 1)."""
+        return SweepData.from_problems([problem], [problem], [0])
 
-        Padding samples have zero stats and sit after every real sample in every
-        order, so no cut of a real sample set ever includes them: bucketing n lets
-        problems of similar size share compiled kernels.
+    @staticmethod
+    def from_problems(
+        layouts: list[Problem], problems: list[Problem], layout_of: list[int]
+    ) -> SweepData:
+        """Device arrays for `problems`, problem i laid out as `layouts[layout_of[i]]`.
+
+        Every array is padded to `padded_length` of the largest n and to the largest p.
+        Padding samples have zero stats and sit after every real sample in every order,
+        so no cut of a real sample set ever includes them: bucketing n lets problems of
+        similar size share compiled kernels. Padding features are never swept.
         """
-        n, p = problem.n, problem.p
-        n_pad = padded_length(n)
-        extra = np.arange(n, n_pad, dtype=np.int32)
-        perm = np.concatenate([problem.perm, np.broadcast_to(extra, (p, n_pad - n))], axis=1)
-        rank = np.concatenate([problem.rank, np.broadcast_to(extra, (p, n_pad - n))], axis=1)
-        value_rank = np.concatenate(
-            [problem.value_rank, np.broadcast_to(extra + n_pad, (p, n_pad - n))], axis=1
-        )
-        binary = problem.loss_kind != "sse" and problem.n_channels == 2
-        total = int(problem.stats.sum()) if problem.loss_kind == "count" else None
+        n_pad = padded_length(max(lay.n for lay in layouts))
+        p = max(lay.p for lay in layouts)
+        L = len(layouts)
+        perm = np.broadcast_to(np.arange(n_pad, dtype=np.int32), (L, p, n_pad)).copy()
+        rank = perm.copy()
+        value_rank = perm + n_pad
+        cut_valid = np.zeros((L, p, n_pad + 1), dtype=bool)
+        for l, lay in enumerate(layouts):
+            perm[l, : lay.p, : lay.n] = lay.perm
+            rank[l, : lay.p, : lay.n] = lay.rank
+            value_rank[l, : lay.p, : lay.n] = lay.value_rank
+            cut_valid[l, : lay.p, : lay.n + 1] = lay.cut_valid
+        rank_in_root = np.stack([r[:, q] for r, q in zip(rank, perm)])  # rank[f0][perm[f]]
+        first = problems[0]
+        binary = first.loss_kind != "sse" and first.n_channels == 2
+        total = max(int(pr.stats.sum()) for pr in problems) if first.loss_kind == "count" else None
         field_bits = 0
-        scan_dtype = problem.stats.dtype
+        scan_dtype = first.stats.dtype
         if total is not None and total < 2**15:
             scan_dtype = np.int16  # exact, and halves the scan's memory traffic
-        if total is not None and not binary and problem.n_channels > 2:
+        if total is not None and not binary and first.n_channels > 2:
             field_bits = packing_bits(total)
             scan_dtype = np.int64
-        cut_valid = np.zeros((p, n_pad + 1), dtype=bool)
-        cut_valid[:, : n + 1] = problem.cut_valid
-        # rank_in_root[f0, f] = rank[f0][perm[f]], (p, p, n_pad). One transfer for all
-        # arrays: each separate device_put costs ~0.2 ms.
-        rank_in_root, cut_valid, perm, rank, value_rank = jax.device_put(
-            (rank[:, perm], cut_valid, perm, rank, value_rank)
+        # One transfer for all arrays: each separate device_put costs ~0.2 ms.
+        rank_in_root, cut_valid, perm, rank, value_rank, layout_of = jax.device_put(
+            (rank_in_root, cut_valid, perm, rank, value_rank,
+             np.asarray(layout_of, dtype=np.int32))
         )
         layout = SweepData(
             rank_in_root=rank_in_root,
-            sorted_scan=None,
-            full_scan=None,
-            root_cum=None,
             cut_valid=cut_valid,
             perm=perm,
             rank=rank,
             value_rank=value_rank,
+            sorted_scan=None,
+            full_scan=None,
+            root_cum=None,
             scan=None,
-            loss_kind=problem.loss_kind,
+            layout_of=layout_of,
+            loss_kind=first.loss_kind,
             binary=binary,
             field_bits=field_bits,
-            n_classes=problem.n_channels,
+            n_classes=first.n_channels,
             scan_dtype=np.dtype(scan_dtype).name,
         )
-        return layout.with_stats(problem.stats)
+        return layout.with_stats([pr.stats for pr in problems])
 
-    def with_stats(self, stats: np.ndarray) -> SweepData:
-        """The same problem layout with other per-sample stat vectors `(n, C)`.
+    def with_stats(self, stats: list[np.ndarray], layout_of=None) -> SweepData:
+        """The same layouts with other per-sample stat vectors, one `(n, C)` per problem.
 
-        Used for subsets (zero stats outside): shapes and dtypes are kept, so the
-        compiled kernels are reused.
+        Used for subsets (zero stats outside): when the number of problems is kept,
+        shapes and dtypes are too, so the compiled kernels are reused. `layout_of`:
+        the layout of each new problem (default: as before).
         """
         n_pad = self.length
-        stats = np.concatenate([stats, np.zeros((n_pad - len(stats), stats.shape[1]), stats.dtype)])
-        if self.binary:
-            scan = stats[:, 1:2] - stats[:, 0:1]
-        elif self.loss_kind == "sse":
-            scan = stats[:, :-1]
-        else:
-            scan = stats
-        if self.field_bits:
-            scan = pack_counts(scan.astype(np.int64), self.field_bits)
-        scan = scan.astype(self.scan_dtype)
-        perm = np.asarray(self.perm)
-        sorted_scan = scan[perm]  # (p, n_pad, S)
-        p = perm.shape[0]
-        zero = np.zeros((p, 1, scan.shape[1]), dtype=scan.dtype)
-        full_scan = np.concatenate([zero, np.cumsum(sorted_scan, axis=1, dtype=scan.dtype)], 1)
-        zero = np.zeros((p, 1, stats.shape[1]), dtype=stats.dtype)
-        root_cum = np.concatenate([zero, np.cumsum(stats[perm], axis=1, dtype=stats.dtype)], 1)
-        sorted_scan, full_scan, root_cum, scan = jax.device_put(
-            (sorted_scan, full_scan, root_cum, scan)
-        )
-        return dataclasses.replace(
-            self, sorted_scan=sorted_scan, full_scan=full_scan, root_cum=root_cum, scan=scan
-        )
+        layout_of = np.asarray(self.layout_of if layout_of is None else layout_of, np.int32)
+        perm_all = np.asarray(self.perm)
+        parts = {"sorted_scan": [], "full_scan": [], "root_cum": [], "scan": []}
+        for i, st in enumerate(stats):
+            st = np.concatenate([st, np.zeros((n_pad - len(st), st.shape[1]), st.dtype)])
+            if self.binary:
+                scan = st[:, 1:2] - st[:, 0:1]
+            elif self.loss_kind == "sse":
+                scan = st[:, :-1]
+            else:
+                scan = st
+            if self.field_bits:
+                scan = pack_counts(scan.astype(np.int64), self.field_bits)
+            scan = scan.astype(self.scan_dtype)
+            perm = perm_all[layout_of[i]]
+            sorted_scan = scan[perm]  # (p, n_pad, S)
+            p = perm.shape[0]
+            zero = np.zeros((p, 1, scan.shape[1]), dtype=scan.dtype)
+            parts["full_scan"].append(
+                np.concatenate([zero, np.cumsum(sorted_scan, axis=1, dtype=scan.dtype)], 1)
+            )
+            zero = np.zeros((p, 1, st.shape[1]), dtype=st.dtype)
+            parts["root_cum"].append(
+                np.concatenate([zero, np.cumsum(st[perm], axis=1, dtype=st.dtype)], 1)
+            )
+            parts["sorted_scan"].append(sorted_scan)
+            parts["scan"].append(scan)
+        stacked = jax.device_put({k: np.stack(v) for k, v in parts.items()})
+        return dataclasses.replace(self, layout_of=jax.device_put(layout_of), **stacked)
 
     @property
     def length(self) -> int:
-        return int(self.perm.shape[1])
+        return int(self.perm.shape[-1])
+
+    @property
+    def n_problems(self) -> int:
+        return int(self.layout_of.shape[0])
 
 
 def packing_bits(total: int) -> int:
@@ -253,21 +285,24 @@ def _extreme_prefix_sums(x: Array, valid: Array) -> tuple[Array, Array]:
     return jax.lax.reduce((x, high, low), identity, combine, (1,))
 
 
-def _binary_full_row(data: SweepData, f0: Array, f: Array, cuts: Array) -> tuple[Array, Array]:
+def _binary_full_row(
+    data: SweepData, i: Array, f0: Array, f: Array, cuts: Array
+) -> tuple[Array, Array]:
     """`_full_row` for two classes: one signed count `d` per sample.
 
     A split at prefix sum `a` of a set with total `T` scores `|a| + |T - a|`, which is
     `max(|T|, 2a - T, T - 2a)`: the best score needs only the largest and smallest
     prefix sums over valid positions (position 0, the empty side, gives `|T|`).
     """
-    key = data.rank_in_root[f0, f]
+    lay = data.layout_of[i]
+    key = data.rank_in_root[lay, f0, f]
     inside = key[None, :] < cuts[:, None]  # (K, n)
-    d = data.sorted_scan[f][:, 0]
+    d = data.sorted_scan[i, f, :, 0]
     left = jnp.where(inside, d[None, :], 0).astype(d.dtype)
-    valid = data.cut_valid[f][1:]
+    valid = data.cut_valid[lay, f, 1:]
     wide = jnp.int64 if d.dtype == jnp.int64 else jnp.int32  # 2a - T may leave int16
-    pre_tot = data.root_cum[f0][cuts]  # (K, C)
-    suf_tot = data.root_cum[f0][-1][None] - pre_tot
+    pre_tot = data.root_cum[i, f0, cuts]  # (K, C)
+    suf_tot = data.root_cum[i, f0, -1][None] - pre_tot
 
     def best(part: Array) -> Array:
         part_total, top, bottom = (v.astype(wide) for v in _extreme_prefix_sums(part, valid))
@@ -279,31 +314,32 @@ def _binary_full_row(data: SweepData, f0: Array, f: Array, cuts: Array) -> tuple
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
-def _full_row(data: SweepData, f0: Array, f: Array, cuts: Array) -> tuple[Array, Array]:
+def _full_row(data: SweepData, i: Array, f0: Array, f: Array, cuts: Array) -> tuple[Array, Array]:
     if data.binary and jnp.issubdtype(data.sorted_scan.dtype, jnp.integer):
-        return _binary_full_row(data, f0, f, cuts)
-    key = data.rank_in_root[f0, f]  # (n,) positions in f0's order
+        return _binary_full_row(data, i, f0, f, cuts)
+    lay = data.layout_of[i]
+    key = data.rank_in_root[lay, f0, f]  # (n,) positions in f0's order
     inside = key[None, :] < cuts[:, None]  # (K, n): prefix of f0's order
-    contrib = jnp.where(inside[..., None], data.sorted_scan[f][None], 0)
+    contrib = jnp.where(inside[..., None], data.sorted_scan[i, f][None], 0)
     left = _cumsum(contrib, axis=1)
-    valid = data.cut_valid[f][1:]
-    pre_tot = data.root_cum[f0][cuts]  # (K, C)
-    suf_tot = data.root_cum[f0][-1][None] - pre_tot
+    valid = data.cut_valid[lay, f, 1:]
+    pre_tot = data.root_cum[i, f0, cuts]  # (K, C)
+    suf_tot = data.root_cum[i, f0, -1][None] - pre_tot
     pre_scan = left[:, -1]
-    full = data.full_scan[f][1:]
+    full = data.full_scan[i, f, 1:]
     prefix = _best_scores(data, left, pre_scan, valid)
     suffix = _best_scores(data, full[None] - left, full[-1][None] - pre_scan, valid)
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
-def _window_losses(data, f0, lo, hi, cuts, left, base, valid) -> tuple[Array, Array]:
+def _window_losses(data, i, f0, lo, hi, cuts, left, base, valid) -> tuple[Array, Array]:
     """Stump losses of [lo, c) and [c, hi) from the scans of a window's samples.
 
     `left`: `(K, L, S)` scans of the prefix part; `base`: `(L, S)`, of the whole window.
     """
-    cum = data.root_cum[f0]
-    pre_tot = cum[cuts] - cum[lo][None]
-    suf_tot = cum[hi][None] - cum[cuts]
+    at_cuts = data.root_cum[i, f0, cuts]
+    pre_tot = at_cuts - data.root_cum[i, f0, lo][None]
+    suf_tot = data.root_cum[i, f0, hi][None] - at_cuts
     pre_scan = left[:, -1]
     prefix = _best_scores(data, left, pre_scan, valid)
     suffix = _best_scores(data, base[None] - left, base[-1][None] - pre_scan, valid)
@@ -311,41 +347,45 @@ def _window_losses(data, f0, lo, hi, cuts, left, base, valid) -> tuple[Array, Ar
 
 
 def _windowed_row(
-    data: SweepData, f0: Array, f: Array, lo: Array, hi: Array, cuts: Array
+    data: SweepData, i: Array, f0: Array, f: Array, lo: Array, hi: Array, cuts: Array
 ) -> tuple[Array, Array]:
-    key = data.rank_in_root[f0, f]
+    lay = data.layout_of[i]
+    key = data.rank_in_root[lay, f0, f]
     window = (key >= lo) & (key < hi)  # (n,)
     inside = window[None, :] & (key[None, :] < cuts[:, None])  # (K, n)
-    scan = data.sorted_scan[f]
+    scan = data.sorted_scan[i, f]
     contrib = jnp.where(inside[..., None], scan[None], 0)
     left = _cumsum(contrib, axis=1)
     base = _cumsum(jnp.where(window[:, None], scan, 0), axis=0)
-    valid = data.cut_valid[f][1:]
-    return _window_losses(data, f0, lo, hi, cuts, left, base, valid)
+    valid = data.cut_valid[lay, f, 1:]
+    return _window_losses(data, i, f0, lo, hi, cuts, left, base, valid)
 
 
 def _gathered_row(
-    data: SweepData, f0: Array, f: Array, lo: Array, hi: Array, cuts: Array, length: int
+    data: SweepData, i: Array, f0: Array, f: Array, lo: Array, hi: Array, cuts: Array,
+    length: int,
 ) -> tuple[Array, Array]:
-    n = data.perm.shape[1]
+    n = data.length
+    lay = data.layout_of[i]
     slot = lo + jnp.arange(length)
     inside = slot < hi
-    ids = data.perm[f0, jnp.minimum(slot, n - 1)]
-    order = jnp.argsort(jnp.where(inside, data.rank[f, ids], n))
+    ids = data.perm[lay, f0, jnp.minimum(slot, n - 1)]
+    order = jnp.argsort(jnp.where(inside, data.rank[lay, f, ids], n))
     ids, inside = ids[order], inside[order]
-    pos = jnp.where(inside, data.rank[f0, ids], n)  # position in f0's order
-    scan = jnp.where(inside[:, None], data.scan[ids], 0)
-    values = data.value_rank[f, ids]
+    pos = jnp.where(inside, data.rank[lay, f0, ids], n)  # position in f0's order
+    scan = jnp.where(inside[:, None], data.scan[i, ids], 0)
+    values = data.value_rank[lay, f, ids]
     valid = jnp.concatenate([inside[1:] & (values[1:] != values[:-1]), jnp.zeros(1, bool)])
     contrib = jnp.where((pos[None, :] < cuts[:, None])[..., None], scan[None], 0)
     left = _cumsum(contrib, axis=1)
     base = _cumsum(scan, axis=0)
-    return _window_losses(data, f0, lo, hi, cuts, left, base, valid)
+    return _window_losses(data, i, f0, lo, hi, cuts, left, base, valid)
 
 
 @jax.jit
 def sweep_full(
     data: SweepData,
+    problem: Int[Array, " rows"],
     f0: Int[Array, " rows"],
     f: Int[Array, " rows"],
     cuts: Int[Array, "rows K"],
@@ -354,18 +394,20 @@ def sweep_full(
 
     **Arguments:**
 
-    - `data`: the problem's `SweepData`.
+    - `data`: the problems' `SweepData`.
+    - `problem`: which problem each row belongs to.
     - `f0`, `f`: root feature and stump feature per row.
     - `cuts`: positions in f0's order (number of samples sent left).
 
     **Returns:** `(prefix, suffix)`, each `(rows, K)`: `L1(prefix_c, f)`, `L1(suffix_c, f)`.
     """
-    return jax.vmap(functools.partial(_full_row, data))(f0, f, cuts)
+    return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
 
 
 @jax.jit
 def sweep_windowed(
     data: SweepData,
+    problem: Int[Array, " rows"],
     f0: Int[Array, " rows"],
     f: Int[Array, " rows"],
     lo: Int[Array, " rows"],
@@ -376,12 +418,13 @@ def sweep_windowed(
 
     The choice for wide windows, where gathering and sorting would cost more.
     """
-    return jax.vmap(functools.partial(_windowed_row, data))(f0, f, lo, hi, cuts)
+    return jax.vmap(functools.partial(_windowed_row, data))(problem, f0, f, lo, hi, cuts)
 
 
 @functools.partial(jax.jit, static_argnames=("length",))
 def sweep_gathered(
     data: SweepData,
+    problem: Int[Array, " rows"],
     f0: Int[Array, " rows"],
     f: Int[Array, " rows"],
     lo: Int[Array, " rows"],
@@ -396,4 +439,6 @@ def sweep_gathered(
     O(length) per cut rather than O(n): this is what makes W1 cheap (paper, Lemma
     compare-cost). Returns `L1([lo, c), f)` and `L1([c, hi), f)` for each cut `c`.
     """
-    return jax.vmap(functools.partial(_gathered_row, data, length=length))(f0, f, lo, hi, cuts)
+    return jax.vmap(functools.partial(_gathered_row, data, length=length))(
+        problem, f0, f, lo, hi, cuts
+    )

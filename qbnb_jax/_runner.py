@@ -64,11 +64,13 @@ class KernelRunner:
         self.problem = problem
         self.data = SweepData.from_problem(problem) if data is None else data
         self.counters = Counters()
-        leaves = jax.tree_util.tree_leaves(self.data)
-        self._data_key = (
-            problem.loss_kind,
-            tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves),
-        )
+        self.problem_index = 0  # sweeps without a `problem` argument use this problem
+        self._data_key = self._key_of(self.data)
+
+    @staticmethod
+    def _key_of(data: SweepData) -> tuple:
+        leaves = jax.tree_util.tree_leaves(data)
+        return data.loss_kind, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves)
 
     def for_subset(self, problem: Problem) -> KernelRunner:
         """A runner for `problem.restrict(...)` of this runner's problem.
@@ -76,11 +78,23 @@ class KernelRunner:
         Shares the layout arrays and the compiled kernels; counters are shared too
         (the subset's work is part of the parent solve).
         """
+        child = self.for_problem(self.problem_index, problem)
+        layout = np.asarray(self.data.layout_of)[self.problem_index]
+        child.data = self.data.with_stats([problem.stats], layout_of=[layout])
+        child._data_key = self._key_of(child.data)
+        child.problem_index = 0
+        return child
+
+    def for_problem(self, index: int, problem: Problem) -> KernelRunner:
+        """A view of this runner whose sweeps default to problem `index` of its data."""
         child = KernelRunner.__new__(KernelRunner)
         child.__dict__.update(self.__dict__)
         child.problem = problem
-        child.data = self.data.with_stats(problem.stats)
+        child.problem_index = index
         return child
+
+    def _rows_of(self, problem, rows: int) -> np.ndarray:
+        return np.full(rows, self.problem_index, np.int32) if problem is None else problem
 
     def _executable(self, name: str, fn, args: tuple, statics: dict):
         key = (name, self._data_key, tuple(a.shape for a in args[1:]), tuple(statics.items()))
@@ -138,16 +152,22 @@ class KernelRunner:
             self.counters.cut_evaluations += rows * width
         return out_pre, out_suf
 
-    def full(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray):
-        """`L1(prefix_c, f)` and `L1(suffix_c, f)` over all samples, f0's order."""
-        return self._run("full", sweep_full, self.data.length, [f0, f], cuts, {})
+    def full(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray, problem=None):
+        """`L1(prefix_c, f)` and `L1(suffix_c, f)` over all samples, f0's order.
 
-    def window(self, f0, f, lo, hi, cuts):
+        `problem`: which of the data's problems each row belongs to (default:
+        `problem_index`).
+        """
+        problem = self._rows_of(problem, len(f0))
+        return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
+
+    def window(self, f0, f, lo, hi, cuts, problem=None):
         """As `full`, restricted to samples at positions [lo, hi) of f0's order.
 
         Rows whose window is a large share of n scan all n samples; the others gather
         their window's samples and sort them, grouped by length (steps of 4x).
         """
+        problem = self._rows_of(problem, len(f0))
         pre = np.empty(cuts.shape)
         suf = np.empty(cuts.shape)
         n = self.data.length
@@ -159,7 +179,7 @@ class KernelRunner:
             groups.append(("gathered", sweep_gathered, int(length), rows, {"length": int(length)}))
         for name, fn, length, rows, statics in groups:
             if rows.any():
-                args = [f0[rows], f[rows], lo[rows], hi[rows]]
+                args = [problem[rows], f0[rows], f[rows], lo[rows], hi[rows]]
                 pre[rows], suf[rows] = self._run(
                     name, fn, length, args, cuts[rows], statics, cut_block=WINDOW_CUTS
                 )

@@ -116,7 +116,7 @@ class Search:
         self.lower_bound = self.incumbent - self.tolerance()
 
     # -- depth 2 --------------------------------------------------------------------
-    def greedy(self) -> None:
+    def greedy(self):
         """Greedy depth-2 tree: the best stump, then the best stump on each side.
 
         The sides come from one kernel sweep (every feature at the root's cut), the
@@ -127,9 +127,9 @@ class Search:
         f0 = int(np.argmin(losses))
         k = int(positions[f0])
         features = np.arange(problem.p)
-        pre, suf = self.runner.full(
-            np.full(problem.p, f0), features, np.full((problem.p, self.s + 1), k)
-        )
+        # s + 1 copies of the cut: the shape of the search's own sweeps, so no compile.
+        cuts = np.full((problem.p, self.s + 1), k)
+        pre, suf = yield "full", (np.full(problem.p, f0), features, cuts)
         f1, f2 = int(np.argmin(pre[:, 0])), int(np.argmin(suf[:, 0]))
         value = float(pre[f1, 0] + suf[f2, 0])
         if value < self.incumbent:
@@ -137,11 +137,29 @@ class Search:
             self.offer(value, self.depth2_splits(f0, t, f1, f2))
 
     def solve_depth2(self) -> None:
-        problem = self.problem
-        p, s = problem.p, self.s
         if self.runner is None:
-            self.runner = KernelRunner(problem)
-        self.greedy()
+            self.runner = KernelRunner(self.problem)
+        self.run(self.depth2_steps())
+
+    def run(self, steps) -> None:
+        """Drive a search generator, answering its kernel requests with `self.runner`.
+
+        The search yields `(kind, args)` for each sweep it needs (`kind`: a
+        `KernelRunner` method) and gets its result back; a batch of searches can
+        instead be driven in lockstep with one merged call per round (`_batch.py`).
+        """
+        try:
+            kind, args = next(steps)
+            while True:
+                kind, args = steps.send(getattr(self.runner, kind)(*args))
+        except StopIteration:
+            pass
+
+    def depth2_steps(self):
+        """The depth-2 search as a generator of kernel requests (see `run`)."""
+        problem = self.problem
+        p = problem.p
+        yield from self.greedy()
         # The frontier: one tuple (f0, [0, u(f0)], all, all) per root feature.
         f0 = np.arange(p)
         lo = np.zeros(p, dtype=np.int64)
@@ -156,10 +174,10 @@ class Search:
             while self.capacity < len(f0) and self.capacity < self.max_capacity:
                 self.capacity *= 2
             self.capacity_history.append(self.capacity)
-            children = [
-                self.step(*(x[b0 : b0 + self.capacity] for x in (f0, lo, hi, F1, F2)), root=root)
-                for b0 in range(0, len(f0), self.capacity)  # bounded memory per block
-            ]
+            children = []
+            for b0 in range(0, len(f0), self.capacity):  # bounded memory per block
+                block = (x[b0 : b0 + self.capacity] for x in (f0, lo, hi, F1, F2))
+                children.append((yield from self.step(*block, root=root)))
             f0, lo, hi, F1, F2, tuple_lb = (np.concatenate(x) for x in zip(*children))
             root = False
             self.report(tuple_lb)
@@ -208,7 +226,7 @@ class Search:
             swept = lo[:, None] + (j[None, :] * (hi - lo)[:, None]) // s  # almost equi-spaced
         pos = problem.cut_pos[f0[:, None], swept]
         ti, fi = np.nonzero(F1 | F2)
-        pre, suf = self.runner.full(f0[ti], fi, pos[ti])
+        pre, suf = yield "full", (f0[ti], fi, pos[ti])
         P = np.full((T, n_swept, p), np.inf)
         S = np.full((T, n_swept, p), np.inf)
         in1, in2 = F1[ti, fi], F2[ti, fi]
@@ -249,7 +267,7 @@ class Search:
             )
             alive &= (child_lo <= child_hi) & keep1.any(axis=2) & keep2.any(axis=2)
         if self.bound != "w0" and alive.any():
-            keep1, keep2, piece_lb, alive = self.refine(
+            keep1, keep2, piece_lb, alive = yield from self.refine(
                 f0, lo, hi, piece_lo, piece_hi, left_p, right_s, keep1, keep2, piece_lb, alive
             )
         ti, tj = np.nonzero(alive)
@@ -360,11 +378,11 @@ class Search:
         rows_piece, rows_f = np.nonzero(keep1[ti, tj] | keep2[ti, tj])
         args = (roots[rows_piece], rows_f)
         if self.bound == "l2":
-            pre, suf = self.runner.full(*args, sub_pos[rows_piece])
+            pre, suf = yield "full", (*args, sub_pos[rows_piece])
         else:
             mid_lo = problem.cut_pos[roots, a]
             mid_hi = problem.cut_pos[roots, b]
-            pre, suf = self.runner.window(
+            pre, suf = yield "window", (
                 *args, mid_lo[rows_piece], mid_hi[rows_piece], sub_pos[rows_piece]
             )
         N, p = len(ti), keep1.shape[2]

@@ -1,0 +1,239 @@
+"""Many problems in one call: `solve_batch` (shared X, many weightings), `solve_many`.
+
+Problems differ only in their stat vectors (DESIGN.md section 5), so they share one
+`SweepData`: a problem axis on the stats, a layout axis on the presorted orders (one
+layout for a shared X, one per dataset otherwise, padded to common shapes). Each
+problem keeps its own host-side `Search`; the searches run in lockstep and every round
+of their kernel requests goes out as one merged call, rows tagged with their problem.
+
+A reweighted problem numbers its thresholds as a solve of that weighted problem alone
+does (`Problem.reweight`), so each search takes the same path as `solve` would and
+returns the same tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+
+from ._cache import enable_persistent_cache
+from ._data import Problem, as_sample_weight, make_problem
+from ._deep import DeepSearch
+from ._kernels import SweepData
+from ._runner import KernelRunner
+from ._search import Search
+from ._solve import SolveResult, _check_options, _make_result
+
+
+def solve_batch(
+    X,
+    y,
+    sample_weights,
+    *,
+    task: str,
+    depth: int = 2,
+    bound: str = "w0",
+    s: int = 3,
+    time_limit: float | None = None,
+    progress: Callable[[dict], None] | None = None,
+) -> list[SolveResult]:
+    """Solve P problems that share `X` and `y` and differ in their sample weights.
+
+    Bootstrap samples are integer weights, cross-validation folds 0/1 weights. Result
+    `i` is the tree `solve(X, y, sample_weight=sample_weights[i], ...)` returns (the
+    same tree and objective; regression objectives to round-off).
+
+    **Arguments:**
+
+    - `X`, `y`, `task`, `depth`, `bound`, `s`: as for `solve`.
+    - `sample_weights`: `(P, n)` non-negative weights, no row all zero.
+    - `time_limit`: seconds for the whole batch; unfinished problems return their best
+      tree with status `"time_limit"` and a proved lower bound.
+    - `progress`: called after every lockstep round with a dict (`round`, `active`,
+      `solved`, `elapsed`).
+
+    **Returns:** a list of P `SolveResult`s; their `stats` share the batch's kernel
+    counters (compile seconds, rows evaluated) and report the batch's wall time.
+
+    !!! Example
+        ```python
+        rng = np.random.default_rng(0)
+        boot = rng.multinomial(len(X), np.full(len(X), 1 / len(X)), size=100)
+        results = qbnb_jax.solve_batch(X, y, boot, task="classification")
+        ```
+    """
+    _check_options(depth, bound, s, time_limit)
+    start = time.perf_counter()
+    base = make_problem(X, y, task=task)
+    W = _as_weight_matrix(sample_weights, base.n)
+    checked = [as_sample_weight(w, base.n) for w in W]
+    integral = all(flag for _, flag in checked)
+    problems = [base.reweight(w, integral) for w, _ in checked]
+    return _solve_problems([base], problems, [0] * len(problems), depth=depth, bound=bound,
+                           s=s, time_limit=time_limit, progress=progress, start=start)
+
+
+def solve_many(
+    datasets: Sequence[tuple],
+    *,
+    task: str,
+    depth: int = 2,
+    bound: str = "w0",
+    s: int = 3,
+    time_limit: float | None = None,
+    progress: Callable[[dict], None] | None = None,
+) -> list[SolveResult]:
+    """Solve problems with different data in one call: `(X, y)` or `(X, y, weight)` each.
+
+    The datasets may differ in rows and features (and classes or targets); they are
+    padded to common shapes with zero-weight samples and features that are never
+    swept. Result `i` is what `solve(*datasets[i], ...)` returns.
+    """
+    _check_options(depth, bound, s, time_limit)
+    start = time.perf_counter()
+    if len(datasets) == 0:
+        raise ValueError("datasets is empty: give at least one (X, y) pair.")
+    problems = []
+    for i, item in enumerate(datasets):
+        if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+            raise ValueError(f"datasets[{i}] must be a tuple (X, y) or (X, y, sample_weight).")
+        Xi, yi, wi = (*item, None)[:3]
+        problems.append(make_problem(Xi, yi, task=task, sample_weight=wi))
+    return _solve_problems(problems, problems, list(range(len(problems))), depth=depth,
+                           bound=bound, s=s, time_limit=time_limit, progress=progress,
+                           start=start)
+
+
+def _as_weight_matrix(sample_weights, n: int) -> np.ndarray:
+    try:
+        W = np.asarray(sample_weights, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"sample_weights must be a numeric (P, n) array: {err}") from None
+    if W.ndim != 2 or W.shape[1] != n or W.shape[0] == 0:
+        raise ValueError(f"sample_weights must have shape (P, {n}) with P >= 1; got {W.shape}.")
+    return W
+
+
+def _common_stats(problems: list[Problem]) -> list[np.ndarray]:
+    """Stats of every problem in one dtype and channel count (padding with zero channels).
+
+    Integer counts become floats when any problem has fractional weights (exact: the
+    counts are small integers); missing classes or targets are zero channels, which
+    change no loss. Regression keeps its squared-norm channel last.
+    """
+    width = max(pr.n_channels for pr in problems)
+    as_float = any(pr.loss_kind == "weighted" for pr in problems)
+    out = []
+    for pr in problems:
+        st = pr.stats.astype(np.float64) if as_float else pr.stats
+        if st.shape[1] < width:
+            pad = np.zeros((len(st), width - st.shape[1]), st.dtype)
+            st = (np.concatenate([st[:, :-1], pad, st[:, -1:]], 1) if pr.loss_kind == "sse"
+                  else np.concatenate([st, pad], 1))
+        out.append(st)
+    return out
+
+
+def _solve_problems(layouts, problems, layout_of, *, depth, bound, s, time_limit, progress,
+                    start) -> list[SolveResult]:
+    if time_limit is not None and np.isinf(time_limit):
+        time_limit = None
+    enable_persistent_cache()
+    stats = _common_stats(problems)
+    device_view = [dataclasses.replace(pr, stats=st) for pr, st in zip(problems, stats)]
+    if any(pr.loss_kind == "weighted" for pr in problems):
+        device_view = [dataclasses.replace(pr, loss_kind="weighted") for pr in device_view]
+    options = dict(bound=bound, s=int(s), time_limit=time_limit, progress=None, capacity=64,
+                   start=start)
+    with jax.enable_x64(True):
+        data = SweepData.from_problems(layouts, device_view, layout_of)
+        runner = KernelRunner(device_view[0], data)
+        if depth <= 2:
+            searches = [Search(pr, runner=runner, **options) for pr in problems]
+            if depth == 1:
+                for search in searches:
+                    search.solve_depth1()
+            else:
+                _lockstep(searches, runner, progress, start)
+        else:
+            # Deeper trees recurse into subsets of one problem at a time; they share the
+            # batch's layouts and compiled kernels (and so its stat channels and dtype).
+            searches = []
+            for i, pr in enumerate(device_view):
+                search = DeepSearch(pr, depth=depth, runner=runner.for_problem(i, pr), **options)
+                search.solve_deep()
+                searches.append(search)
+    results = []
+    for search in searches:
+        search.runner = runner
+        results.append(_own_classes(_make_result(search, depth)))
+    return results
+
+
+def _lockstep(searches: list[Search], runner: KernelRunner, progress, start) -> None:
+    """Run depth-2 searches together: one merged kernel call per kind per round."""
+    steps = [search.depth2_steps() for search in searches]
+    pending: dict[int, tuple[str, tuple]] = {}
+
+    def advance(i: int, answer) -> None:
+        try:
+            pending[i] = steps[i].send(answer)
+        except StopIteration:
+            pending.pop(i, None)
+
+    for i in range(len(steps)):
+        advance(i, None)
+    rounds = 0
+    while pending:
+        rounds += 1
+        for kind in ("full", "window"):
+            asked = [(i, args) for i, (k, args) in pending.items() if k == kind]
+            if not asked:
+                continue
+            answers = _merged_call(runner, kind, asked)
+            for (i, _), answer in zip(asked, answers):
+                advance(i, answer)
+        if progress is not None:
+            progress({"round": rounds, "active": len(pending),
+                      "solved": len(searches) - len(pending),
+                      "elapsed": time.perf_counter() - start})
+
+
+def _merged_call(runner: KernelRunner, kind: str, asked: list[tuple[int, tuple]]):
+    """One kernel call for the requests of many problems; answers split back per request.
+
+    Cut lists of different lengths are padded by repeating their last cut (a duplicate
+    cut changes no result) and trimmed afterwards.
+    """
+    rows = [len(args[0]) for _, args in asked]
+    width = max(args[-1].shape[1] for _, args in asked)
+    cuts = np.concatenate([
+        np.concatenate([args[-1], np.repeat(args[-1][:, -1:], width - args[-1].shape[1], 1)], 1)
+        if args[-1].shape[1] < width else args[-1]
+        for _, args in asked
+    ])
+    columns = [np.concatenate([args[c] for _, args in asked]) for c in range(len(asked[0][1]) - 1)]
+    problem = np.repeat(np.array([i for i, _ in asked], dtype=np.int32), rows)
+    pre, suf = getattr(runner, kind)(*columns, cuts, problem=problem)
+    answers = []
+    r0 = 0
+    for (_, args), r in zip(asked, rows):
+        k = args[-1].shape[1]
+        answers.append((pre[r0 : r0 + r, :k], suf[r0 : r0 + r, :k]))
+        r0 += r
+    return answers
+
+
+def _own_classes(result: SolveResult) -> SolveResult:
+    """Keep only the classes with training weight, as a solve of that problem alone does."""
+    if result.classes is None:
+        return result
+    seen = result.tree.value[0] > 0  # the root's weight per class
+    if seen.all():
+        return result
+    tree = dataclasses.replace(result.tree, value=result.tree.value[:, seen])
+    return dataclasses.replace(result, tree=tree, classes=result.classes[seen])
