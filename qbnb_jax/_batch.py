@@ -13,6 +13,7 @@ returns the same tree.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
@@ -170,12 +171,17 @@ def _solve_problems(layouts, problems, layout_of, *, depth, bound, s, time_limit
     results = []
     for search in searches:
         search.runner = runner
-        results.append(_own_classes(_make_result(search, depth)))
+        results.append(_make_result(search, depth))
     return results
 
 
 def _lockstep(searches: list[Search], runner: KernelRunner, progress, start) -> None:
-    """Run depth-2 searches together: one merged kernel call per kind per round."""
+    """Run depth-2 searches together: one merged kernel call per kind per round.
+
+    The searches form two groups whose rounds alternate: while one group's kernel
+    call runs (XLA releases the GIL), the host advances the other group's searches
+    with the answers of its last call, so host and kernel work overlap.
+    """
     steps = [search.depth2_steps() for search in searches]
     pending: dict[int, tuple[str, tuple]] = {}
 
@@ -185,22 +191,36 @@ def _lockstep(searches: list[Search], runner: KernelRunner, progress, start) -> 
         except StopIteration:
             pending.pop(i, None)
 
+    def call(group: list[int]):
+        """Every kernel request of the group's searches, merged per kind."""
+        answers = {}
+        with jax.enable_x64(True):  # a thread-local setting: this runs in another thread
+            for kind in ("full", "window"):
+                asked = [(i, pending[i][1]) for i in group if pending[i][0] == kind]
+                if asked:
+                    merged = _merged_call(runner, kind, asked)
+                    answers.update(zip((i for i, _ in asked), merged))
+        return answers
+
     for i in range(len(steps)):
         advance(i, None)
+    half = (len(steps) + 1) // 2
+    groups = [list(range(half)), list(range(half, len(steps)))]
     rounds = 0
-    while pending:
-        rounds += 1
-        for kind in ("full", "window"):
-            asked = [(i, args) for i, (k, args) in pending.items() if k == kind]
-            if not asked:
-                continue
-            answers = _merged_call(runner, kind, asked)
-            for (i, _), answer in zip(asked, answers):
-                advance(i, answer)
-        if progress is not None:
-            progress({"round": rounds, "active": len(pending),
-                      "solved": len(searches) - len(pending),
-                      "elapsed": time.perf_counter() - start})
+    with concurrent.futures.ThreadPoolExecutor(1) as caller:
+        calls = [caller.submit(call, [i for i in g if i in pending]) for g in groups]
+        while any(i in pending for g in groups for i in g):
+            rounds += 1
+            for g, group in enumerate(groups):
+                for i, answer in calls[g].result().items():
+                    advance(i, answer)
+                calls[g] = caller.submit(call, [i for i in group if i in pending])
+            if progress is not None:
+                progress({"round": rounds, "active": len(pending),
+                          "solved": len(searches) - len(pending),
+                          "elapsed": time.perf_counter() - start})
+        for c in calls:
+            c.result()
 
 
 def _merged_call(runner: KernelRunner, kind: str, asked: list[tuple[int, tuple]]):
@@ -226,14 +246,3 @@ def _merged_call(runner: KernelRunner, kind: str, asked: list[tuple[int, tuple]]
         answers.append((pre[r0 : r0 + r, :k], suf[r0 : r0 + r, :k]))
         r0 += r
     return answers
-
-
-def _own_classes(result: SolveResult) -> SolveResult:
-    """Keep only the classes with training weight, as a solve of that problem alone does."""
-    if result.classes is None:
-        return result
-    seen = result.tree.value[0] > 0  # the root's weight per class
-    if seen.all():
-        return result
-    tree = dataclasses.replace(result.tree, value=result.tree.value[:, seen])
-    return dataclasses.replace(result, tree=tree, classes=result.classes[seen])

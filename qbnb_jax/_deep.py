@@ -71,7 +71,9 @@ class DeepSearch(Search):
         """Evaluate every tree whose root cuts f0 before sorted position k."""
         p_lb, p_ub, p_splits = self.side(f0, k, LEFT)
         s_lb, s_ub, s_splits = self.side(f0, k, RIGHT)
-        self.offer(p_ub + s_ub, (f0, position_threshold(self.problem, f0, k), p_splits, s_splits))
+        if p_ub + s_ub < self.incumbent:
+            threshold = position_threshold(self.problem, f0, k)
+            self.offer(p_ub + s_ub, (f0, threshold, p_splits, s_splits))
         return p_lb, s_lb
 
     def solve_deep(self) -> None:

@@ -35,6 +35,21 @@ _THREADS = int(os.environ.get("QBNB_JAX_THREADS", min(4, os.cpu_count() or 1)))
 _POOL = concurrent.futures.ThreadPoolExecutor(_THREADS) if _THREADS > 1 else None
 
 
+def _shardings():
+    """`(rows, replicated)` shardings over all devices, or None on one device.
+
+    Rows of a kernel call are independent, so a call's rows are split across the
+    devices (DESIGN.md section 7) while the problem arrays are replicated on each.
+    """
+    devices = jax.devices()
+    if len(devices) == 1:
+        return None
+    mesh = jax.sharding.Mesh(np.array(devices), ("rows",))
+    spec = jax.sharding.PartitionSpec
+    return (jax.sharding.NamedSharding(mesh, spec("rows")),
+            jax.sharding.NamedSharding(mesh, spec()))
+
+
 def pow2_at_least(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
@@ -97,7 +112,8 @@ class KernelRunner:
         return np.full(rows, self.problem_index, np.int32) if problem is None else problem
 
     def _executable(self, name: str, fn, args: tuple, statics: dict):
-        key = (name, self._data_key, tuple(a.shape for a in args[1:]), tuple(statics.items()))
+        key = (name, self._data_key, tuple(a.shape for a in args[1:]), tuple(statics.items()),
+               jax.device_count())
         exe = _COMPILED.get(key)
         if exe is None:
             start = time.perf_counter()
@@ -106,6 +122,14 @@ class KernelRunner:
             self.counters.compiles += 1
             _COMPILED[key] = exe
         return exe
+
+    def _replicated(self, sharding) -> SweepData:
+        """This runner's data on every device (placed once per data)."""
+        placed = self.__dict__.get("_placed")
+        if placed is None or placed[0] is not self.data:
+            placed = (self.data, jax.device_put(self.data, sharding))
+            self._placed = placed
+        return placed[1]
 
     def _chunk(self, cuts: int, length: int) -> int:
         per_row = cuts * (length + 1) * int(self.data.sorted_scan.shape[-1])
@@ -119,7 +143,17 @@ class KernelRunner:
         if rows == 0:
             return out_pre, out_suf
         cut_block = min(pow2_at_least(n_cuts), cut_block)
-        chunk = self._chunk(cut_block, length)
+        shardings = _shardings()
+        data = self.data
+        if shardings is not None:
+            data = self._replicated(shardings[1])
+        # One call's rows: a cache-sized chunk per device.
+        chunk = self._chunk(cut_block, length) * jax.device_count()
+
+        def place(rows_of_call: tuple[np.ndarray, ...]):
+            if shardings is None:
+                return rows_of_call
+            return tuple(jax.device_put(a, shardings[0]) for a in rows_of_call)
         for c0 in range(0, n_cuts, cut_block):
             block = cuts[:, c0 : c0 + cut_block]
             width = block.shape[1]
@@ -131,12 +165,12 @@ class KernelRunner:
             padded = [
                 np.pad(a, (0, padded_rows - rows)).astype(np.int32) for a in row_arrays
             ] + [np.pad(block, ((0, padded_rows - rows), (0, 0))).astype(np.int32)]
-            first = (self.data, *(a[:chunk] for a in padded))
+            first = (data, *place(tuple(a[:chunk] for a in padded)))
             exe = self._executable(name, fn, first, extra_statics)
 
             def run_chunk(r0: int, exe=exe, padded=padded, c0=c0, width=width) -> None:
                 r1 = min(rows, r0 + chunk)
-                pre, suf = exe(self.data, *(a[r0 : r0 + chunk] for a in padded))
+                pre, suf = exe(data, *place(tuple(a[r0 : r0 + chunk] for a in padded)))
                 out_pre[r0:r1, c0 : c0 + width] = np.asarray(pre)[: r1 - r0, :width]
                 out_suf[r0:r1, c0 : c0 + width] = np.asarray(suf)[: r1 - r0, :width]
 

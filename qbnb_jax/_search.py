@@ -15,6 +15,7 @@ arrays (a few thousand tuples at most); all O(n) work happens in the device swee
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -61,7 +62,7 @@ class Search:
         self.atol = ATOL * scale if scale > 0 else np.finfo(float).tiny  # scale-invariant
         self.runner = runner
         self.incumbent = float(cutoff)
-        self.splits = None
+        self._splits = None
         self.lower_bound = -np.inf
         self.status = "optimal"
         self.iterations = 0
@@ -81,9 +82,21 @@ class Search:
         return lower <= self.incumbent + self.tolerance()
 
     def offer(self, value: float, splits) -> None:
+        """A tree achieving `value`: its split spec, or a function that builds it.
+
+        Building a spec costs host stump searches; most incumbents are replaced
+        before the end, so the searches pass functions and only the last one runs.
+        """
         if value < self.incumbent:
             self.incumbent = float(value)
-            self.splits = splits
+            self._splits = splits
+
+    @property
+    def splits(self):
+        """Split spec of the incumbent (None: no tree beats the cutoff)."""
+        if callable(self._splits):
+            self._splits = self._splits()
+        return self._splits
 
     def stump_splits(self, mask: np.ndarray, feature: int | None = None):
         features = None if feature is None else [feature]
@@ -134,7 +147,7 @@ class Search:
         value = float(pre[f1, 0] + suf[f2, 0])
         if value < self.incumbent:
             t = int(np.searchsorted(problem.cut_pos[f0, : problem.n_thresholds[f0] + 1], k))
-            self.offer(value, self.depth2_splits(f0, t, f1, f2))
+            self.offer(value, functools.partial(self.depth2_splits, f0, t, f1, f2))
 
     def solve_depth2(self) -> None:
         if self.runner is None:
@@ -247,8 +260,9 @@ class Search:
         flat = int(np.argmin(value))
         i, jj = divmod(flat, n_cuts)
         if value[i, jj] < self.incumbent:
-            splits = self.depth2_splits(
-                int(f0[i]), int(cuts[i, jj]), int(np.argmin(P[i, jj])), int(np.argmin(S[i, jj]))
+            splits = functools.partial(
+                self.depth2_splits,
+                int(f0[i]), int(cuts[i, jj]), int(np.argmin(P[i, jj])), int(np.argmin(S[i, jj])),
             )
             self.offer(float(value[i, jj]), splits)
 

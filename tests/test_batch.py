@@ -1,0 +1,188 @@
+"""Batched solves equal one-by-one solves: bootstrap weights, folds, different datasets."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import qbnb_jax
+from helpers import brute_force
+
+BOUNDS = ("w0", "w1", "w2", "l2")
+
+
+def same_tree(a, b) -> bool:
+    ta, tb = a.tree, b.tree
+    return (
+        np.array_equal(ta.feature, tb.feature)
+        and np.array_equal(ta.threshold, tb.threshold, equal_nan=True)
+        and np.array_equal(ta.children_left, tb.children_left)
+        and np.array_equal(ta.value.shape, tb.value.shape)
+        and np.allclose(ta.value, tb.value, rtol=1e-12, atol=1e-12)
+    )
+
+
+def assert_same(batched, alone, task, ctx):
+    if task == "classification":
+        assert batched.objective == alone.objective, ctx
+        assert np.array_equal(batched.classes, alone.classes), ctx
+    else:
+        assert batched.objective == pytest.approx(alone.objective, rel=1e-9, abs=1e-12), ctx
+    assert same_tree(batched, alone), ctx
+    assert batched.status == alone.status == "optimal", ctx
+
+
+def random_data(rng, task, n, p):
+    X = rng.normal(size=(n, p))
+    if task == "classification":  # ties (regression keeps continuous values: with
+        X = np.round(X, 1)  # ties, equal-loss trees differ only by round-off)
+    if rng.random() < 0.3:
+        X[:, rng.integers(p)] = 1.0  # a constant feature
+    if task == "classification":
+        y = rng.integers(0, rng.integers(2, 5), size=n)
+    else:
+        y = rng.normal(size=(n, int(rng.integers(1, 3))))
+    return X, y
+
+
+def weight_rows(rng, n, P):
+    W = rng.multinomial(n, np.full(n, 1 / n), size=P).astype(float)  # bootstrap
+    W[0] = rng.random(n) < 0.6  # a fold
+    W[1] = rng.random(n) * (rng.random(n) < 0.8)  # fractional, with zeros
+    W[:, rng.integers(n)] += 1  # no row all zero
+    return W
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+@pytest.mark.parametrize("depth", [1, 2])
+def test_batch_equals_one_by_one(task, depth):
+    rng = np.random.default_rng(11 + depth)
+    for it in range(6):
+        n, p = int(rng.integers(2, 40)), int(rng.integers(1, 5))
+        X, y = random_data(rng, task, n, p)
+        W = weight_rows(rng, n, 5)
+        if it % 2:
+            W = np.round(W[2:])  # integer weights only: exact counts in the batch
+        results = qbnb_jax.solve_batch(X, y, W, task=task, depth=depth)
+        assert len(results) == len(W)
+        for i, (w, res) in enumerate(zip(W, results)):
+            alone = qbnb_jax.solve(X, y, task=task, depth=depth, sample_weight=w)
+            ctx = f"it={it} i={i} n={n} p={p}"
+            if task == "classification" and not np.all(W == np.round(W)):
+                # fractional weights elsewhere in the batch: same optimum, tolerance rule
+                assert res.objective == pytest.approx(alone.objective, rel=1e-9), ctx
+            else:
+                assert_same(res, alone, task, ctx)
+            keep = w > 0
+            want = brute_force(X[keep], y[keep], w[keep], task=task, depth=depth)
+            assert res.objective == pytest.approx(want, rel=1e-9, abs=1e-9), ctx
+
+
+@pytest.mark.parametrize("bound", BOUNDS)
+def test_batch_every_bound_is_optimal(bound):
+    rng = np.random.default_rng(5)
+    X, y = random_data(rng, "classification", 30, 3)
+    W = np.round(weight_rows(rng, 30, 4))
+    W[:, 0] += 1
+    for w, res in zip(W, qbnb_jax.solve_batch(X, y, W, task="classification", bound=bound)):
+        keep = w > 0
+        want = brute_force(X[keep], y[keep], w[keep], task="classification", depth=2)
+        assert res.objective == want
+
+
+def test_cross_validation_folds_depth3():
+    rng = np.random.default_rng(3)
+    X, y = random_data(rng, "classification", 24, 3)
+    folds = np.arange(24) % 3
+    W = np.stack([(folds != k).astype(float) for k in range(3)])
+    for w, res in zip(W, qbnb_jax.solve_batch(X, y, W, task="classification", depth=3)):
+        alone = qbnb_jax.solve(X, y, task="classification", depth=3, sample_weight=w)
+        assert_same(res, alone, "classification", "depth 3")
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_solve_many_pads_different_problems(task):
+    rng = np.random.default_rng(7)
+    datasets = []
+    for n, p in [(5, 1), (37, 4), (12, 2), (60, 3)]:
+        X, y = random_data(rng, task, n, p)
+        if task == "regression":
+            y = y[:, :1] if n % 2 else y  # different numbers of targets
+        datasets.append((X, y) if n != 12 else (X, y, rng.random(n) + 0.5))
+    for depth in (1, 2):
+        results = qbnb_jax.solve_many(datasets, task=task, depth=depth)
+        for d, res in zip(datasets, results):
+            alone = qbnb_jax.solve(d[0], d[1], task=task, depth=depth,
+                                   sample_weight=d[2] if len(d) == 3 else None)
+            if task == "classification" and len(d) == 2:
+                assert_same(res, alone, task, f"n={len(d[0])}")
+            else:
+                assert res.objective == pytest.approx(alone.objective, rel=1e-9, abs=1e-12)
+            assert res.n_features == d[0].shape[1]
+
+
+def test_batch_time_limit_keeps_valid_bounds():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3000, 8))
+    y = rng.integers(0, 2, 3000)
+    W = rng.multinomial(3000, np.full(3000, 1 / 3000), size=3)
+    results = qbnb_jax.solve_batch(X, y, W, task="classification", time_limit=1e-3)
+    for r in results:
+        assert r.status in ("time_limit", "optimal")
+        assert 0 <= r.lower_bound <= r.objective
+
+
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        (np.ones(10), "shape"),
+        (np.ones((2, 9)), "shape"),
+        (np.ones((0, 10)), "shape"),
+        (np.stack([np.ones(10), np.zeros(10)]), "zero everywhere"),
+        (np.stack([np.ones(10), -np.ones(10)]), "non-negative"),
+        (np.full((1, 10), np.nan), "NaN"),
+        ([["a"] * 10], "numeric"),
+    ],
+)
+def test_bad_weights_name_the_problem(weights, message):
+    X = np.arange(20.0).reshape(10, 2)
+    y = np.arange(10) % 2
+    with pytest.raises(ValueError, match=message):
+        qbnb_jax.solve_batch(X, y, weights, task="classification")
+
+
+def test_solve_many_bad_input():
+    with pytest.raises(ValueError, match="empty"):
+        qbnb_jax.solve_many([], task="classification")
+    with pytest.raises(ValueError, match=r"datasets\[0\]"):
+        qbnb_jax.solve_many([np.ones((3, 2))], task="classification")
+
+
+_SHARDED = """
+import json, sys
+import numpy as np, jax, qbnb_jax
+rng = np.random.default_rng(1)
+X = np.round(rng.normal(size=(60, 3)), 1)
+y = rng.integers(0, 3, 60)
+W = rng.multinomial(60, np.full(60, 1 / 60), size=4)
+out = [[r.objective, r.tree.feature.tolist(), np.nan_to_num(r.tree.threshold).tolist()]
+       for depth in (2, 3) for r in qbnb_jax.solve_batch(X, y, W, task="classification",
+                                                         depth=depth)]
+json.dump({"devices": jax.device_count(), "results": out}, sys.stdout)
+"""
+
+
+def test_sharded_over_four_cpu_devices_equals_one_device():
+    def run(devices: int):
+        env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+                   JAX_PLATFORMS="cpu")
+        proc = subprocess.run([sys.executable, "-c", _SHARDED], env=env, capture_output=True,
+                              text=True, timeout=600, check=True)
+        return json.loads(proc.stdout)
+
+    one, four = run(1), run(4)
+    assert (one["devices"], four["devices"]) == (1, 4)
+    assert one["results"] == four["results"]
