@@ -7,6 +7,12 @@ from ._estimator import (
     OptimalTreeRegressor as OptimalTreeRegressor,
 )
 from ._batch import solve_batch as solve_batch, solve_many as solve_many
+from ._ensemble import (
+    BaggedOptimalTreeClassifier as BaggedOptimalTreeClassifier,
+    BaggedOptimalTreeRegressor as BaggedOptimalTreeRegressor,
+    DepthSelection as DepthSelection,
+    select_depth as select_depth,
+)
 from ._export import (
     export_graphviz as export_graphviz,
     export_text as export_text,
@@ -20,6 +26,9 @@ from ._tree import Tree as Tree
 __version__ = importlib.metadata.version("qbnb_jax")
 
 __all__ = [
+    "BaggedOptimalTreeClassifier",
+    "BaggedOptimalTreeRegressor",
+    "DepthSelection",
     "OptimalTreeClassifier",
     "OptimalTreeRegressor",
     "SolveResult",
@@ -29,6 +38,7 @@ __all__ = [
     "load_tree",
     "plot_tree",
     "save_tree",
+    "select_depth",
     "solve",
     "solve_batch",
     "solve_many",

@@ -45,8 +45,10 @@ def solve_batch(
     """Solve P problems that share `X` and `y` and differ in their sample weights.
 
     Bootstrap samples are integer weights, cross-validation folds 0/1 weights. Result
-    `i` is the tree `solve(X, y, sample_weight=sample_weights[i], ...)` returns (the
-    same tree and objective; regression objectives to round-off).
+    `i` is the tree `solve(X, y, sample_weight=sample_weights[i], ...)` returns: the
+    same tree and objective. Integer-weighted classification problems share one
+    presorted layout; regression and fractional weights give each problem the layout
+    of its own samples (`(p, p, n)` int32 each), so float sums run in solve()'s order.
 
     **Arguments:**
 
@@ -73,9 +75,17 @@ def solve_batch(
     W = _as_weight_matrix(sample_weights, base.n)
     checked = [as_sample_weight(w, base.n) for w in W]
     integral = all(flag for _, flag in checked)
-    problems = [base.reweight(w, integral) for w, _ in checked]
-    return _solve_problems([base], problems, [0] * len(problems), depth=depth, bound=bound,
-                           s=s, time_limit=time_limit, progress=progress, start=start)
+    options = dict(depth=depth, bound=bound, s=s, time_limit=time_limit, progress=progress,
+                   start=start)
+    if task == "classification" and integral:
+        # Integer counts are exact in any order: one shared layout for every problem.
+        problems = [base.reweight(w, integral) for w, _ in checked]
+        return _solve_problems([base], problems, [0] * len(problems), **options)
+    # Float sums depend on the order of the samples summed, zero-weight ones included;
+    # to take solve()'s exact path (and tie-breaks) each problem gets the layout of its
+    # own samples, as solve() builds it.
+    problems = [make_problem(X, y, task=task, sample_weight=w) for w, _ in checked]
+    return _solve_problems(problems, problems, list(range(len(problems))), **options)
 
 
 def solve_many(

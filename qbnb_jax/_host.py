@@ -39,24 +39,33 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
     """
     features = np.arange(problem.p) if features is None else np.asarray(features)
     stats = np.where(mask[:, None], problem.stats, 0)
-    order = problem.perm[features]
-    if problem.loss_kind != "sse" and stats.shape[1] == 2:
-        # Two classes: loss(left) + loss(right) = (T - |d_left| - |D - d_left|) / 2 with
-        # d the signed count, so one cumulative sum suffices (as in the kernels).
+    binary = problem.loss_kind != "sse" and stats.shape[1] == 2
+    if binary:
         signed = stats[:, 1] - stats[:, 0]
-        d = np.concatenate([np.zeros((len(features), 1)), np.cumsum(signed[order], axis=1)], 1)
-        loss = (stats.sum() - np.abs(d) - np.abs(d[:, -1:] - d)) / 2.0
     else:
         stats = stats.astype(np.float64)
-        cum = np.concatenate(
-            [np.zeros((len(features), 1, stats.shape[1])), np.cumsum(stats[order], axis=1)], 1
-        )  # (F, n+1, C)
-        loss = leaf_loss_np(cum, problem.loss_kind) + leaf_loss_np(
-            cum[:, -1:] - cum, problem.loss_kind
-        )
-    loss = np.where(problem.cut_valid[features], loss, np.inf)
-    positions = np.argmin(loss, axis=1)
-    return loss[np.arange(len(features)), positions], positions
+    losses = np.empty(len(features))
+    positions = np.empty(len(features), dtype=np.int64)
+    # One feature at a time: the (n+1, C) intermediates of one feature stay small
+    # (all features at once cost gigabytes at n = 10^6) and the arithmetic is the same.
+    for i, f in enumerate(features):
+        order = problem.perm[f]
+        if binary:
+            # Two classes: loss(left) + loss(right) = (T - |d_left| - |D - d_left|) / 2
+            # with d the signed count, so one cumulative sum suffices (as in the kernels).
+            d = np.concatenate([np.zeros(1), np.cumsum(signed[order])])
+            loss = (stats.sum() - np.abs(d) - np.abs(d[-1:] - d)) / 2.0
+        else:
+            cum = np.concatenate(
+                [np.zeros((1, stats.shape[1])), np.cumsum(stats[order], axis=0)]
+            )  # (n+1, C)
+            loss = leaf_loss_np(cum, problem.loss_kind) + leaf_loss_np(
+                cum[-1:] - cum, problem.loss_kind
+            )
+        loss = np.where(problem.cut_valid[f], loss, np.inf)
+        positions[i] = np.argmin(loss)
+        losses[i] = loss[positions[i]]
+    return losses, positions
 
 
 def best_stump(problem: Problem, mask: np.ndarray, features=None) -> tuple[float, int, int]:

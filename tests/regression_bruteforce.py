@@ -1,4 +1,4 @@
-"""Independent brute force of optimal depth-1 and depth-2 regression trees (numpy only).
+"""Independent brute force of optimal depth-1, 2 and 3 regression trees (numpy only).
 
 Used as a reference by the tests and by ``python -m qbnb_jax.bench --check-regression``.
 It shares no code with the solver: every root feature and cut and, below each root cut,
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["depth0_sse", "depth1_sse", "depth2_sse"]
+__all__ = ["depth0_sse", "depth1_sse", "depth2_sse", "depth3_sse"]
 
 # Cells per block of the (root value x child value) grid: 512 KiB per float64 array,
 # small enough for the temporaries to stay in cache.
@@ -214,3 +214,18 @@ def _best_gain(pc, ps, w_min, buf):
     np.maximum(tmp, 0.5 * w_min * w_min, out=tmp)
     num /= tmp
     return num.max(1) / np.maximum(big_c[:, 0], w_min)
+
+
+def depth3_sse(X, y, sample_weight=None) -> float:
+    """Optimal SSE of a tree of depth at most 3: every root cut, each side by `depth2_sse`.
+
+    ``O(sum_j d_j)`` depth-2 brute forces: meant for small samples (n of a few dozen).
+    """
+    X, y, w = _prepare(X, y, sample_weight)
+    best = depth2_sse(X, y, w)  # a root that sends everything one way
+    for j in range(X.shape[1]):
+        for v in np.unique(X[:, j])[:-1]:
+            left = X[:, j] <= v
+            best = min(best, depth2_sse(X[left], y[left], w[left])
+                       + depth2_sse(X[~left], y[~left], w[~left]))
+    return best

@@ -370,3 +370,28 @@ def test_random_depth4(task, shape):
         res = solve(P.X, P.y, task=task, depth=4, sample_weight=P.w)
         check_result(res, P, 4, want, label=f"d4 it={it}")
 
+
+
+def test_blocked_full_sweep_matches_brute_force(monkeypatch):
+    """The block-by-block sweep of large n, forced onto small problems."""
+    import jax
+
+    from qbnb_jax import _kernels, _runner
+
+    monkeypatch.setattr(_kernels, "BLOCKED_FROM", 64)
+    monkeypatch.setattr(_kernels, "FULL_BLOCK", 8)
+    monkeypatch.setattr(_runner, "_COMPILED", {})
+    jax.clear_caches()
+    try:
+        rng = np.random.default_rng(17)
+        for it in range(12):
+            task = "regression" if it % 2 else "classification"
+            n, p = int(rng.integers(2, 50)), int(rng.integers(1, 4))
+            X = np.round(rng.normal(size=(n, p)), 1)
+            y = rng.normal(size=(n, 2)) if task == "regression" else rng.integers(0, 3, n)
+            w = rng.random(n) + 0.1
+            res = qbnb_jax.solve(X, y, task=task, depth=2, sample_weight=w)
+            want = brute_force(X, y, w, task=task, depth=2)
+            assert res.objective == pytest.approx(want, rel=1e-9, abs=1e-12), (it, n, p)
+    finally:
+        jax.clear_caches()
