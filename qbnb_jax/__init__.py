@@ -2,16 +2,16 @@
 
 import importlib.metadata
 
-from ._estimator import (
-    OptimalTreeClassifier as OptimalTreeClassifier,
-    OptimalTreeRegressor as OptimalTreeRegressor,
-)
 from ._batch import solve_batch as solve_batch, solve_many as solve_many
 from ._ensemble import (
     BaggedOptimalTreeClassifier as BaggedOptimalTreeClassifier,
     BaggedOptimalTreeRegressor as BaggedOptimalTreeRegressor,
     DepthSelection as DepthSelection,
     select_depth as select_depth,
+)
+from ._estimator import (
+    OptimalTreeClassifier as OptimalTreeClassifier,
+    OptimalTreeRegressor as OptimalTreeRegressor,
 )
 from ._export import (
     export_graphviz as export_graphviz,

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import jax
 
-
 _DONE = False
 
 

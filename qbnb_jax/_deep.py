@@ -19,10 +19,12 @@ from __future__ import annotations
 import numpy as np
 
 from ._host import best_stump, position_threshold
+from ._lockstep import run_lockstep
 from ._runner import KernelRunner
 from ._search import Search
 
 LEFT, RIGHT = 0, 1
+SIDE_GROUP = 32  # root cuts per batch of side solves (64 depth-2 searches in lockstep)
 
 
 class DeepSearch(Search):
@@ -99,40 +101,88 @@ class DeepSearch(Search):
             self.report(tuple_lb)
         self.lower_bound = self.incumbent - self.tolerance()
 
+    def solve_sides(self, keys) -> None:
+        """Solve every side `(f0, k, which)` of `keys` not solved yet, all at once.
+
+        Depth-2 sides are `restrict` subsets of one layout: they run as one lockstep
+        batch (`_lockstep.py`), their sweeps merged into shared kernel calls, each
+        with the incumbent as its cutoff. Deeper sides are solved one by one.
+        """
+        todo = [key for key in dict.fromkeys(keys) if key not in self.sides]
+        if self.depth - 1 != 2 or len(todo) < 2:
+            for f0, k, which in todo:
+                self.side(f0, k, which)
+            return
+        if self.runner is None:
+            self.runner = KernelRunner(self.problem)
+        subs = []
+        for f0, k, which in todo:
+            left = self.problem.rank[f0] < k
+            subs.append(self.problem.restrict(left if which == LEFT else ~left))
+        empty = [not np.any(sub.weight > 0) for sub in subs]
+        live = [i for i in range(len(todo)) if not empty[i]]
+        for i in range(len(todo)):
+            if empty[i]:
+                self.sides[todo[i]] = (0.0, 0.0, None)
+        if not live:
+            return
+        runner = self.runner.for_subsets([subs[i] for i in live])
+        searches = [
+            Search(subs[i], bound=self.bound, s=self.s, time_limit=self.time_limit,
+                   progress=None, capacity=self.capacity0, start=self.start, runner=runner,
+                   cutoff=self.incumbent)
+            for i in live
+        ]
+        run_lockstep(searches, runner, None, self.start)
+        for i, search in zip(live, searches):
+            self.sides[todo[i]] = search.outcome()
+            self.iterations_inner += search.iterations
+        self.subproblems += len(live)
+
     def step_deep(self, f0, lo, hi, tuple_lb, all_lb: float, *, root: bool):
         """Solve the sides at every tuple's cuts, then prune with the final incumbent.
 
+        Root cuts are processed in groups of SIDE_GROUP whose sides are solved together;
+        after each group the incumbent (and so the next group's cutoff) improves.
         Past the time limit the remaining tuples are kept as they are (with their bound
         from the previous iteration), so the reported lower bound stays valid.
         """
-        evaluated = []
-        for i in range(len(f0)):
+        swept = [self.tuple_cuts(int(f0[i]), int(lo[i]), int(hi[i]), root)
+                 for i in range(len(f0))]
+        work = [(i, jj, int(f0[i]), int(self.problem.cut_pos[f0[i], t]))
+                for i in range(len(f0)) for jj, t in enumerate(swept[i])]
+        P = [np.empty(len(cuts)) for cuts in swept]
+        S = [np.empty(len(cuts)) for cuts in swept]
+        done = 0  # root cuts evaluated, in order
+        for g0 in range(0, len(work), SIDE_GROUP):
             if self.time_limit is not None and self.elapsed() > self.time_limit:
                 break
-            evaluated.append(self.evaluate_tuple(int(f0[i]), int(lo[i]), int(hi[i]), all_lb, root))
-        done = len(evaluated)
-        children = [self.split_tuple(int(f0[i]), *evaluated[i]) for i in range(done)]
-        children.append((f0[done:], lo[done:], hi[done:], tuple_lb[done:]))
+            group = work[g0 : g0 + SIDE_GROUP]
+            self.solve_sides([(r, k, which) for *_, r, k in group for which in (LEFT, RIGHT)])
+            for i, jj, r, k in group:
+                P[i][jj], S[i][jj] = self.root_split(r, k)
+            done += len(group)
+        ends = np.cumsum([len(cuts) for cuts in swept])
+        finished = int(np.searchsorted(ends, done, side="right"))  # tuples fully evaluated
+        children = []
+        for i in range(finished):
+            cuts, Pi, Si = swept[i], P[i], S[i]
+            if root:  # the ends 0 and u(f0) are known: an empty side and all samples
+                cuts = np.concatenate([[lo[i]], cuts, [hi[i]]])
+                Pi = np.concatenate([[0.0], Pi, [all_lb]])
+                Si = np.concatenate([[all_lb], Si, [0.0]])
+            children.append(self.split_tuple(int(f0[i]), cuts, Pi, Si))
+        children.append((f0[finished:], lo[finished:], hi[finished:], tuple_lb[finished:]))
         return tuple(np.concatenate(x) for x in zip(*children))
 
-    def evaluate_tuple(self, f0: int, lo: int, hi: int, all_lb: float, root: bool):
-        """Cut thresholds of one tuple and the lower bounds of both sides at each."""
+    def tuple_cuts(self, f0: int, lo: int, hi: int, root: bool) -> np.ndarray:
+        """Threshold indices where a tuple's root is cut this iteration (s + 1 of them)."""
         s = self.s
         n_swept = s + 1
         j = np.arange(n_swept)
-        if root:  # the ends 0 and u(f0) are known: an empty side and all samples
-            swept = ((j + 1) * hi) // (n_swept + 1)
-        else:
-            swept = lo + (j * (hi - lo)) // s
-        pos = self.problem.cut_pos[f0, swept]
-        P = np.empty(n_swept)
-        S = np.empty(n_swept)
-        for jj in range(n_swept):
-            P[jj], S[jj] = self.root_split(f0, int(pos[jj]))
-        if not root:
-            return swept, P, S
-        cuts = np.concatenate([[lo], swept, [hi]])
-        return cuts, np.concatenate([[0.0], P, [all_lb]]), np.concatenate([[all_lb], S, [0.0]])
+        if root:  # the ends are known without a solve: the s + 1 cuts fall inside
+            return ((j + 1) * hi) // (n_swept + 1)
+        return lo + (j * (hi - lo)) // s  # almost equi-spaced, ends included
 
     def split_tuple(self, f0: int, cuts, P, S):
         """Prune the pieces between a tuple's cuts; the survivors are its children."""

@@ -88,17 +88,17 @@ class SweepData(eqx.Module):
         rank = perm.copy()
         value_rank = perm + n_pad
         cut_valid = np.zeros((L, p, n_pad + 1), dtype=bool)
-        for l, lay in enumerate(layouts):
-            perm[l, : lay.p, : lay.n] = lay.perm
-            rank[l, : lay.p, : lay.n] = lay.rank
-            value_rank[l, : lay.p, : lay.n] = lay.value_rank
-            cut_valid[l, : lay.p, : lay.n + 1] = lay.cut_valid
+        for li, lay in enumerate(layouts):
+            perm[li, : lay.p, : lay.n] = lay.perm
+            rank[li, : lay.p, : lay.n] = lay.rank
+            value_rank[li, : lay.p, : lay.n] = lay.value_rank
+            cut_valid[li, : lay.p, : lay.n + 1] = lay.cut_valid
         # rank_in_root[l, f0, f] = rank[l, f0][perm[l, f]], gathered one root feature at a
         # time (its rank row stays in cache: 2x faster at n = 10^6).
         rank_in_root = np.empty((L, p, p, n_pad), dtype=np.int32)
-        for l in range(L):
+        for li in range(L):
             for f0 in range(p):
-                np.take(rank[l, f0], perm[l], out=rank_in_root[l, f0])
+                np.take(rank[li, f0], perm[li], out=rank_in_root[li, f0])
         first = problems[0]
         binary = first.loss_kind != "sse" and first.n_channels == 2
         total = max(int(pr.stats.sum()) for pr in problems) if first.loss_kind == "count" else None
@@ -142,6 +142,10 @@ class SweepData(eqx.Module):
         """
         n_pad = self.length
         layout_of = np.asarray(self.layout_of if layout_of is None else layout_of, np.int32)
+        if len(stats) > 1:  # problem counts in powers of two share compiled kernels
+            bucket = 1 << (len(stats) - 1).bit_length()
+            stats = list(stats) + [np.zeros_like(stats[0])] * (bucket - len(stats))
+            layout_of = np.concatenate([layout_of, np.zeros(bucket - len(layout_of), np.int32)])
         perm_all = np.asarray(self.perm)
         parts = {"sorted_scan": [], "full_scan": [], "root_cum": [], "scan": []}
         for i, st in enumerate(stats):

@@ -100,6 +100,19 @@ class KernelRunner:
         child.problem_index = 0
         return child
 
+    def for_subsets(self, problems: list[Problem]) -> KernelRunner:
+        """A runner for many `restrict(...)`s of this runner's problem at once.
+
+        Problem i of the new data is `problems[i]`, laid out as this runner's problem.
+        """
+        child = self.for_problem(0, problems[0])
+        layout = np.asarray(self.data.layout_of)[self.problem_index]
+        child.data = self.data.with_stats(
+            [pr.stats for pr in problems], layout_of=[layout] * len(problems)
+        )
+        child._data_key = self._key_of(child.data)
+        return child
+
     def for_problem(self, index: int, problem: Problem) -> KernelRunner:
         """A view of this runner whose sweeps default to problem `index` of its data."""
         child = KernelRunner.__new__(KernelRunner)

@@ -7,9 +7,9 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import brute_force
 
 import qbnb_jax
-from helpers import brute_force
 
 BOUNDS = ("w0", "w1", "w2", "l2")
 

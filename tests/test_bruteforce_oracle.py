@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import (
-    seed_of,
     BruteForce,
     _encode_targets,
     brute_force,
@@ -13,6 +12,7 @@ from helpers import (
     leaf_losses,
     partition_loss,
     random_problem,
+    seed_of,
 )
 
 TASKS = [("classification", 2), ("classification", 4), ("regression", 1), ("regression", 3)]

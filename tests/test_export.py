@@ -5,9 +5,12 @@ import json
 import numpy as np
 import pytest
 from sklearn.datasets import load_diabetes, load_iris
-from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
-from sklearn.tree import export_graphviz as sk_export_graphviz
-from sklearn.tree import export_text as sk_export_text
+from sklearn.tree import (
+    DecisionTreeClassifier,
+    DecisionTreeRegressor,
+    export_graphviz as sk_export_graphviz,
+    export_text as sk_export_text,
+)
 
 from qbnb_jax import (
     OptimalTreeClassifier,

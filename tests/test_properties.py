@@ -36,8 +36,12 @@ import pytest
 from helpers import _encode_targets, brute_force, leaf_losses, partition_loss, prediction_loss
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    HealthCheck,
+    given,
+    settings,
+    strategies as st,  # noqa: E402
+)
 
 from qbnb_jax import OptimalTreeClassifier, OptimalTreeRegressor, solve  # noqa: E402
 
