@@ -3,7 +3,8 @@
 P bootstrap samples of one synthetic dataset (a noisy two-feature XOR rule among p
 features), each a depth-d classification problem, solved three ways in one run:
 
-- **batched**: one `solve_batch` call (compile excluded: a first call warms it up);
+- **batched**: one `solve_batch` call (its compile seconds, from the result's stats,
+  are reported apart and excluded);
 - **loop**: `solve` once per problem;
 - **ConTree loop** (``--vs contree``): pycontree once per problem, the bootstrap
   sample given as repeated rows.
@@ -74,13 +75,14 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr)
 
     start = time.perf_counter()
-    solve_batch(X, y, W[: min(8, len(W))], task=task, depth=args.depth)  # compile
-    warmup = time.perf_counter() - start
-    start = time.perf_counter()
     batched = solve_batch(X, y, W, task=task, depth=args.depth)
-    batch_s = time.perf_counter() - start
+    batch_wall = time.perf_counter() - start
+    compile_s = batched[0].stats["compile_seconds"]  # the batch's shared counters
     reference = [r.objective for r in batched]
-    rows = [("solve_batch (one call)", len(W), batch_s, True)]
+    rows = [("solve_batch (one call, compile excluded)", len(W), batch_wall - compile_s, True)]
+
+    # Our loop and ConTree's see the compiled kernels warm (a first solve compiles).
+    solve(X, y, task=task, depth=args.depth, sample_weight=W[0])
 
     k = len(W) if args.loop_problems is None else min(args.loop_problems, len(W))
     start = time.perf_counter()
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(("ConTree loop", len(W), seconds, objectives == reference))
             contree_rate = len(W) / seconds
 
-    print(f"compile warm-up (8 problems): {warmup:.2f} s")
+    print(f"solve_batch wall {batch_wall:.2f} s, of which compiling {compile_s:.2f} s")
     print()
     print("| method | problems | seconds | problems/s | vs ConTree loop | objectives match |")
     print("|---|---:|---:|---:|---:|:---:|")

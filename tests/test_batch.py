@@ -177,3 +177,11 @@ def test_sharded_over_four_cpu_devices_equals_one_device():
     one, four = run(1), run(4)
     assert (one["devices"], four["devices"]) == (1, 4)
     assert one["results"] == four["results"]
+
+
+def test_bench_batch_smoke(capsys):
+    from qbnb_jax import bench_batch
+
+    assert bench_batch.main(["--problems", "4", "--n", "50", "--p", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("| yes |") == 2  # batched and loop rows, objectives match

@@ -72,3 +72,12 @@ def test_multioutput_regression(tmp_path):
     assert "== Linnerud: n=20, p=3, targets=3" in out
     assert "== synthetic: n=1000, p=6, targets=2" in out
     assert "value: [" in out  # multi-output leaves in export_text
+
+
+def test_large_n_small_run(tmp_path):
+    for task in ("classification", "regression"):
+        out = run_example("large_n.py", tmp_path, "--n", "3000", "--p", "4", "--task", task,
+                          "--quiet")
+        assert "status:      optimal" in out
+        assert "optimum <= it: True" in out  # planted tree and CART both bound it
+        assert "lower bound <= objective: True" in out
