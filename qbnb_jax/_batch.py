@@ -2,9 +2,10 @@
 
 Problems differ only in their stat vectors (DESIGN.md section 5), so they share one
 `SweepData`: a problem axis on the stats, a layout axis on the presorted orders (one
-layout for a shared X, one per dataset otherwise, padded to common shapes). Each
-problem keeps its own host-side `Search`; the searches run in lockstep and every round
-of their kernel requests goes out as one merged call, rows tagged with their problem.
+layout for a shared X, one per dataset otherwise, padded to common shapes). At depth 2
+the tuples of every problem form one frontier (`_depth2.py`): an iteration is a few
+numpy calls and one kernel call per kind for all problems, rows tagged with their
+problem.
 
 A reweighted problem numbers its thresholds as a solve of that weighted problem alone
 does (`Problem.reweight`), so each search takes the same path as `solve` would and
@@ -23,8 +24,8 @@ import numpy as np
 from ._cache import enable_persistent_cache
 from ._data import Problem, as_sample_weight, make_problem
 from ._deep import DeepSearch
+from ._depth2 import solve_depth2
 from ._kernels import SweepData
-from ._lockstep import run_lockstep
 from ._runner import KernelRunner
 from ._search import Search
 from ._solve import SolveResult, _check_options, _make_result
@@ -56,7 +57,7 @@ def solve_batch(
     - `sample_weights`: `(P, n)` non-negative weights, no row all zero.
     - `time_limit`: seconds for the whole batch; unfinished problems return their best
       tree with status `"time_limit"` and a proved lower bound.
-    - `progress`: called after every lockstep round with a dict (`round`, `active`,
+    - `progress`: called after every iteration with a dict (`iteration`, `active`,
       `solved`, `elapsed`).
 
     **Returns:** a list of P `SolveResult`s; their `stats` share the batch's kernel
@@ -169,7 +170,7 @@ def _solve_problems(layouts, problems, layout_of, *, depth, bound, s, time_limit
                 for search in searches:
                     search.solve_depth1()
             else:
-                run_lockstep(searches, runner, progress, start)
+                solve_depth2(searches, runner, batch_progress=progress)
         else:
             # Deeper trees recurse into subsets of one problem at a time; they share the
             # batch's layouts and compiled kernels (and so its stat channels and dtype).

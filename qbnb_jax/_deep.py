@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._depth2 import shrink_pieces, solve_depth2
 from ._host import best_stump, position_threshold
-from ._lockstep import run_lockstep
 from ._runner import KernelRunner
 from ._search import Search
 
 LEFT, RIGHT = 0, 1
-SIDE_GROUP = 32  # root cuts per batch of side solves (64 depth-2 searches in lockstep)
+SIDE_GROUP = 32  # root cuts per batch of side solves (64 depth-2 searches in one frontier)
 
 
 class DeepSearch(Search):
@@ -53,7 +53,7 @@ class DeepSearch(Search):
         self.subproblems += 1
         if self.depth - 1 == 2:
             search = Search(sub, **kwargs)
-            search.solve_depth2()
+            solve_depth2([search])
         else:
             search = DeepSearch(sub, depth=self.depth - 1, **kwargs)
             search.solve_deep()
@@ -104,9 +104,9 @@ class DeepSearch(Search):
     def solve_sides(self, keys) -> None:
         """Solve every side `(f0, k, which)` of `keys` not solved yet, all at once.
 
-        Depth-2 sides are `restrict` subsets of one layout: they run as one lockstep
-        batch (`_lockstep.py`), their sweeps merged into shared kernel calls, each
-        with the incumbent as its cutoff. Deeper sides are solved one by one.
+        Depth-2 sides are `restrict` subsets of one layout: they run as one batch
+        (`_depth2.py`, one frontier, shared kernel calls), each with the incumbent as
+        its cutoff. Deeper sides are solved one by one.
         """
         todo = [key for key in dict.fromkeys(keys) if key not in self.sides]
         if self.depth - 1 != 2 or len(todo) < 2:
@@ -133,7 +133,7 @@ class DeepSearch(Search):
                    cutoff=self.incumbent)
             for i in live
         ]
-        run_lockstep(searches, runner, None, self.start)
+        solve_depth2(searches, runner)
         for i, search in zip(live, searches):
             self.sides[todo[i]] = search.outcome()
             self.iterations_inner += search.iterations
@@ -197,12 +197,14 @@ class DeepSearch(Search):
             piece_lb = np.maximum(piece_lb, pb + sa - width)
         alive = (child_lo <= child_hi) & self.can_improve(piece_lb)
         if problem.task == "classification" and alive.any():
-            roots = np.array([f0])
             child_lo, child_hi = (
                 x[0]
-                for x in self.shrink(
-                    roots, piece_lo[None], piece_hi[None], pa[None], pb[None], sa[None],
-                    sb[None], child_lo[None], child_hi[None], alive[None],
+                for x in shrink_pieces(
+                    problem.weight_left[None], np.array([self.incumbent]),
+                    lambda q: np.full(np.shape(q), self.tolerance()), np.array([self.exact]),
+                    np.zeros(1, dtype=np.int64), np.array([f0]), piece_lo[None],
+                    piece_hi[None], pa[None], pb[None], sa[None], sb[None], child_lo[None],
+                    child_hi[None], alive[None],
                 )
             )
             alive &= child_lo <= child_hi

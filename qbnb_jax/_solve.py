@@ -1,8 +1,8 @@
 """The public entry point `solve` and its result.
 
-Depth 1 and 2 run the array-batched Quant-BnB of `_search.py`; depth 3 and 4 run the
-recursion of `_deep.py` over the root split, whose subtrees are depth-2 (or deeper)
-searches on subsets of the same arrays.
+Depth 1 runs in `_search.py`, depth 2 the array-batched Quant-BnB of `_depth2.py`;
+depth 3 and 4 run the recursion of `_deep.py` over the root split, whose subtrees are
+depth-2 (or deeper) searches on subsets of the same arrays.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 from ._cache import enable_persistent_cache
 from ._data import make_problem
 from ._deep import DeepSearch
+from ._depth2 import solve_depth2
 from ._host import build_tree, tree_objective
 from ._runner import Counters
 from ._search import Search
@@ -134,7 +135,7 @@ def solve(
                        capacity=initial_capacity or 64, start=start)
         if depth <= 2:
             search = Search(problem, **options)
-            search.solve_depth1() if depth == 1 else search.solve_depth2()
+            search.solve_depth1() if depth == 1 else solve_depth2([search])
         else:
             search = DeepSearch(problem, depth=depth, **options)
             search.solve_deep()

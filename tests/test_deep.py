@@ -55,7 +55,7 @@ def test_tiny_memory_budget_still_optimal(monkeypatch):
     import sys
 
     import qbnb_jax._runner as runner
-    import qbnb_jax._search as search
+    import qbnb_jax._depth2 as depth2
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     from helpers import brute_force
@@ -65,7 +65,7 @@ def test_tiny_memory_budget_still_optimal(monkeypatch):
     y = rng.integers(0, 3, size=40)
     reference = solve(X, y, task="classification", depth=2).objective
     monkeypatch.setattr(runner, "CHUNK_ELEMENTS", 1)
-    monkeypatch.setattr(search, "MAX_CAPACITY", 2)
+    monkeypatch.setattr(depth2, "MAX_CAPACITY", 2)
     for depth in (2, 3):
         res = solve(X, y, task="classification", depth=depth, initial_capacity=1)
         assert res.status == "optimal"

@@ -1,0 +1,489 @@
+"""Quant-BnB for depth 2 (paper, Algorithm 1) over many problems at once.
+
+The frontier of alive tuples `(problem, f0, [a, b], F1, F2)` of every problem lives in
+one set of host numpy arrays, so each iteration costs a few dozen numpy calls however
+many problems there are; all O(n) work happens in the device sweeps of `_kernels.py`,
+batched over (problem, tuple, feature) rows. A single solve is one problem; a batch
+(`solve_batch`) or the sides of a deeper tree's root cuts are many. Per iteration:
+
+1. cut the root interval at almost s-equi-spaced thresholds t_0..t_s;
+2. sweep: `P[j, f] = L1(prefix_{t_j}, f)`, `S[j, f] = L1(suffix_{t_j}, f)`;
+3. Step 1 (upper bound V_s): every tree with root cut t_j is now evaluated exactly;
+4. Step 2 (Proposition quantile-prune): for each piece [t_{j-1}, t_j], keep the child
+   features whose lower bound (W0, then W1_{s'}, W2 or L2) can still beat the
+   problem's incumbent;
+5. surviving pieces become children over the open interval (t_{j-1}, t_j): both
+   endpoints were evaluated exactly in step 3.
+
+Problem q's host-side state (incumbent, tree building) is `searches[q]`, a `Search`.
+Each problem follows exactly the path it would follow alone: the frontier keeps every
+problem's tuples in their own order and all decisions are per problem.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ._runner import KernelRunner
+from ._search import RTOL, Search
+
+# The paper's s' = floor(0.6 n s / (b - a)) for W1, capped to keep rows short.
+W1_FACTOR = 0.6
+W1_MAX_SUBCUTS = 64
+W1_MAX_SHARE = 8  # W1 refines only pieces with at most n / 8 samples
+# Tuples processed per block: the host arrays of one step grow as tuples x s x p^2.
+MAX_CAPACITY = 4096
+
+
+def row_searchsorted(table: np.ndarray, rows: np.ndarray, values: np.ndarray,
+                     side: str) -> np.ndarray:
+    """`np.searchsorted(table[rows[i]], values[i], side)` for every i, vectorised.
+
+    A binary search over ascending rows, exact for floats (no offsets added).
+    """
+    lo = np.zeros(len(values), dtype=np.int64)
+    hi = np.full(len(values), table.shape[1], dtype=np.int64)
+    for _ in range(int(table.shape[1]).bit_length()):
+        mid = (lo + hi) // 2
+        probe = table[rows, np.minimum(mid, table.shape[1] - 1)]
+        go_right = (probe <= values) if side == "right" else (probe < values)
+        go_right &= mid < hi
+        lo = np.where(go_right, mid + 1, lo)
+        hi = np.where(go_right, hi, mid)
+    return lo
+
+
+class Depth2Search:
+    """Depth-2 Quant-BnB for `searches[q].problem`, q = 0..P-1, in one frontier.
+
+    `runner` sweeps problem q as its data's problem `data_index[q]` (default q; a single
+    search: the runner's `problem_index`). The problems must have the same number of features; their
+    sample counts may differ (tables are padded). Each search starts from its own
+    incumbent (a `cutoff` given to `Search`).
+    """
+
+    def __init__(self, searches: list[Search], runner: KernelRunner, *, data_index=None,
+                 batch_progress=None):
+        self.searches = searches
+        self.runner = runner
+        self.batch_progress = batch_progress
+        first = searches[0]
+        self.bound, self.s = first.bound, first.s
+        self.time_limit, self.start = first.time_limit, first.start
+        self.progress = first.progress if len(searches) == 1 else None
+        self.capacity = first.capacity
+        self.max_capacity = max(self.capacity, MAX_CAPACITY)
+        problems = [search.problem for search in searches]
+        self.p = problems[0].p
+        width = max(pr.n for pr in problems) + 1
+        P = len(problems)
+        self.cut_pos = np.empty((P, self.p, width), dtype=np.int64)
+        self.weight_left = np.empty((P, self.p, width))
+        for q, pr in enumerate(problems):  # padding: "everything left", as t = u(f)
+            self.cut_pos[q, :, : pr.n + 1] = pr.cut_pos
+            self.cut_pos[q, :, pr.n + 1 :] = pr.n
+            self.weight_left[q, :, : pr.n + 1] = pr.weight_left
+            self.weight_left[q, :, pr.n + 1 :] = pr.weight_left[:, -1:]
+        self.n_thresholds = np.stack([pr.n_thresholds for pr in problems]).astype(np.int64)
+        self.n_of = np.array([pr.n for pr in problems])
+        self.exact = np.array([search.exact for search in searches])
+        self.atol = np.array([search.atol for search in searches])
+        self.incumbent = np.array([search.incumbent for search in searches])
+        self.classification = problems[0].task == "classification"
+        self.lower = np.full(P, -np.inf)  # proved bound per problem (set when it ends)
+        if data_index is None:
+            data_index = np.arange(P) if P > 1 else [runner.problem_index]
+        self.data_index = np.asarray(data_index)
+
+    # -- incumbents -------------------------------------------------------------------
+    def tolerance(self, q: np.ndarray) -> np.ndarray:
+        return np.where(self.exact[q], 0.0, RTOL * np.abs(self.incumbent[q]) + self.atol[q])
+
+    def can_improve(self, lower: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """True where a lower bound does not rule out beating problem q's incumbent.
+
+        Integer counts: the incumbent is achieved, ties need not be kept; floats: keep
+        everything within the tolerance. `q` broadcasts against `lower`.
+        """
+        inc = self.incumbent[q]
+        return np.where(self.exact[q], lower < inc, lower <= inc + self.tolerance(q))
+
+    def offer(self, q: int, value: float, splits) -> None:
+        self.searches[q].offer(value, splits)
+        self.incumbent[q] = self.searches[q].incumbent
+
+    # -- driver -------------------------------------------------------------------------
+    def run(self) -> None:
+        """Solve every problem, answering kernel requests with `self.runner`."""
+        steps = self.steps()
+        try:
+            kind, args = next(steps)
+            while True:
+                rows = self.data_index[args[-1]]
+                kind, args = steps.send(getattr(self.runner, kind)(*args[:-1], problem=rows))
+        except StopIteration:
+            pass
+        for q, search in enumerate(self.searches):
+            search.incumbent = float(self.incumbent[q])
+            search.lower_bound = float(self.lower[q])
+
+    def steps(self):
+        """The search as a generator of kernel requests `(kind, (..., problem rows))`."""
+        P, p = len(self.searches), self.p
+        yield from self.greedy()
+        pr = np.repeat(np.arange(P), p)
+        f0 = np.tile(np.arange(p), P)
+        lo = np.zeros(P * p, dtype=np.int64)
+        hi = self.n_thresholds.reshape(-1)
+        F1 = np.ones((P * p, p), dtype=bool)
+        F2 = np.ones((P * p, p), dtype=bool)
+        tuple_lb = np.zeros(P * p)  # losses are never negative
+        root = True
+        while len(f0):
+            if not self.begin_iteration(pr, tuple_lb):
+                return
+            while self.capacity < len(f0) and self.capacity < self.max_capacity:
+                self.capacity *= 2
+            for q in np.unique(pr):
+                self.searches[q].capacity_history.append(self.capacity)
+            children = []
+            for b0 in range(0, len(f0), self.capacity):  # bounded memory per block
+                block = (x[b0 : b0 + self.capacity] for x in (pr, f0, lo, hi, F1, F2))
+                children.append((yield from self.step(*block, root=root)))
+            pr, f0, lo, hi, F1, F2, tuple_lb = (np.concatenate(x) for x in zip(*children))
+            root = False
+            self.report(tuple_lb)
+            if self.batch_progress is not None:
+                active = len(np.unique(pr))
+                self.batch_progress({"iteration": max(s.iterations for s in self.searches),
+                                     "active": active, "solved": P - active,
+                                     "elapsed": self.searches[0].elapsed()})
+        self.finish(np.arange(P))
+
+    def finish(self, q: np.ndarray) -> None:
+        """Problems `q` have no tuples left: their incumbents are proved optimal."""
+        self.lower[q] = self.incumbent[q] - self.tolerance(q)
+
+    def begin_iteration(self, pr: np.ndarray, tuple_lb: np.ndarray) -> bool:
+        """Record proved bounds; False (status "time_limit") when time is up."""
+        P = len(self.searches)
+        present = np.zeros(P, dtype=bool)
+        present[pr] = True
+        self.finish(np.nonzero(~present & np.isneginf(self.lower))[0])
+        best = np.full(P, np.inf)
+        np.minimum.at(best, pr, tuple_lb)
+        live = np.nonzero(present)[0]
+        self.lower[live] = (np.minimum(self.incumbent[live], best[live])
+                            - self.tolerance(live))
+        if self.time_limit is not None and self.searches[0].elapsed() > self.time_limit:
+            for q in live:
+                self.searches[q].status = "time_limit"
+            return False
+        counts = np.bincount(pr, minlength=P)
+        for q in live:
+            search = self.searches[q]
+            search.iterations += 1
+            search.frontier_sizes.append(int(counts[q]))
+            search.tuples_explored += int(counts[q])
+        return True
+
+    def report(self, tuple_lb: np.ndarray) -> None:
+        if self.progress is None:
+            return
+        search = self.searches[0]
+        lower = min(self.incumbent[0], float(tuple_lb.min(initial=np.inf)))
+        self.progress(
+            {
+                "iteration": search.iterations,
+                "frontier": int(len(tuple_lb)),
+                "incumbent": float(self.incumbent[0]),
+                "lower_bound": lower,
+                "gap": float(self.incumbent[0]) - lower,
+                "elapsed": search.elapsed(),
+            }
+        )
+
+    # -- the greedy start -----------------------------------------------------------------
+    def greedy(self):
+        """Greedy depth-2 tree per problem: the best stump, then the best stump per side.
+
+        The sides come from one kernel sweep (every feature at the root's cut), the
+        same kernel the search uses; only the winning stumps are rebuilt on the host.
+        """
+        P, p = len(self.searches), self.p
+        stumps = [search.stump_of_all() for search in self.searches]
+        root = np.array([int(np.argmin(losses)) for losses, _ in stumps])
+        k = np.array([int(positions[f]) for (_, positions), f in zip(stumps, root)])
+        # s + 1 copies of the cut: the shape of the search's own sweeps, so no compile.
+        cuts = np.repeat(np.repeat(k, p)[:, None], self.s + 1, axis=1)
+        pre, suf = yield "full", (np.repeat(root, p), np.tile(np.arange(p), P), cuts,
+                                  np.repeat(np.arange(P), p))
+        pre, suf = pre[:, 0].reshape(P, p), suf[:, 0].reshape(P, p)
+        f1, f2 = pre.argmin(axis=1), suf.argmin(axis=1)
+        value = pre[np.arange(P), f1] + suf[np.arange(P), f2]
+        for q in np.nonzero(value < self.incumbent)[0]:
+            pr = self.searches[q].problem
+            table = pr.cut_pos[root[q], : pr.n_thresholds[root[q]] + 1]
+            t = int(np.searchsorted(table, k[q]))
+            splits = functools.partial(self.searches[q].depth2_splits, int(root[q]), t,
+                                       int(f1[q]), int(f2[q]))
+            self.offer(q, float(value[q]), splits)
+
+    # -- one iteration --------------------------------------------------------------------
+    def step(self, pr, f0, lo, hi, F1, F2, *, root: bool = False):
+        """One Quant-BnB iteration over a block of tuples; returns the children.
+
+        With `root`, every tuple spans its whole threshold range [0, u(f0)], whose ends
+        need no sweep (an empty side has loss 0, the other side is the best stump of
+        all samples), so the s+1 swept cuts all fall inside: s+2 pieces for one sweep.
+        """
+        s = self.s
+        T, p = F1.shape
+        n_swept = s + 1
+        j = np.arange(n_swept)
+        if root:
+            swept = ((j[None, :] + 1) * hi[:, None]) // (n_swept + 1)
+        else:
+            swept = lo[:, None] + (j[None, :] * (hi - lo)[:, None]) // s  # almost equi-spaced
+        pos = self.cut_pos[pr[:, None], f0[:, None], swept]
+        ti, fi = np.nonzero(F1 | F2)
+        pre, suf = yield "full", (f0[ti], fi, pos[ti], pr[ti])
+        P = np.full((T, n_swept, p), np.inf)
+        S = np.full((T, n_swept, p), np.inf)
+        in1, in2 = F1[ti, fi], F2[ti, fi]
+        P[ti[in1], :, fi[in1]] = pre[in1]
+        S[ti[in2], :, fi[in2]] = suf[in2]
+        cuts = swept
+        if root:
+            everything = np.stack([self.searches[q].stump_of_all()[0] for q in pr])
+            everything = np.where(F1, everything, np.inf)[:, None, :]
+            nothing = np.where(F1, 0.0, np.inf)[:, None, :]
+            P = np.concatenate([nothing, P, everything], axis=1)
+            S = np.concatenate([everything, S, nothing], axis=1)
+            cuts = np.concatenate([lo[:, None], swept, hi[:, None]], axis=1)
+
+        self.upper_bounds(pr, f0, cuts, P, S)
+
+        # Step 2: prune each piece [t_{j-1}, t_j] with W0 = P[j-1, f1] + S[j, f2].
+        left_p, right_s = P[:, :-1, :], S[:, 1:, :]  # (T, pieces, p)
+        min_left, min_right = left_p.min(axis=2), right_s.min(axis=2)
+        q3 = pr[:, None, None]
+        keep1 = F1[:, None, :] & self.can_improve(left_p + min_right[..., None], q3)
+        keep2 = F2[:, None, :] & self.can_improve(min_left[..., None] + right_s, q3)
+        piece_lb = min_left + min_right
+        piece_lo, piece_hi = cuts[:, :-1], cuts[:, 1:]
+        alive = (piece_hi - piece_lo >= 2) & keep1.any(axis=2) & keep2.any(axis=2)
+        child_lo, child_hi = piece_lo + 1, piece_hi - 1  # endpoints are solved exactly
+        if self.classification and alive.any():
+            keep1, keep2, piece_lb, child_lo, child_hi = self.slack(
+                pr, f0, P, S, piece_lo, piece_hi, keep1, keep2, piece_lb, child_lo, child_hi,
+                alive,
+            )
+            alive &= (child_lo <= child_hi) & keep1.any(axis=2) & keep2.any(axis=2)
+        if self.bound != "w0" and alive.any():
+            keep1, keep2, piece_lb, alive = yield from self.refine(
+                pr, f0, lo, hi, piece_lo, piece_hi, left_p, right_s, keep1, keep2, piece_lb,
+                alive,
+            )
+        ti, tj = np.nonzero(alive)
+        return (
+            pr[ti],
+            f0[ti],
+            child_lo[ti, tj],
+            child_hi[ti, tj],
+            keep1[ti, tj],
+            keep2[ti, tj],
+            piece_lb[ti, tj],
+        )
+
+    def upper_bounds(self, pr, f0, cuts, P, S) -> None:
+        """Step 1: every tree whose root cut is some t_j is evaluated exactly.
+
+        Per problem, the first (tuple, cut) in frontier order with the least value
+        becomes the incumbent when it beats the current one.
+        """
+        value = P.min(axis=2) + S.min(axis=2)  # (T, n_cuts)
+        best_j = value.argmin(axis=1)
+        best = value[np.arange(len(value)), best_j]
+        order = np.lexsort((np.arange(len(best)), best, pr))
+        first = order[np.r_[True, pr[order][1:] != pr[order][:-1]]]  # each problem's best
+        for i in first[best[first] < self.incumbent[pr[first]]]:
+            q, jj = int(pr[i]), int(best_j[i])
+            splits = functools.partial(
+                self.searches[q].depth2_splits, int(f0[i]), int(cuts[i, jj]),
+                int(np.argmin(P[i, jj])), int(np.argmin(S[i, jj])),
+            )
+            self.offer(q, float(best[i]), splits)
+
+    def slack(self, pr, f0, P, S, piece_lo, piece_hi, keep1, keep2, piece_lb, child_lo,
+              child_hi, alive):
+        """Classification only: bounds from moving a cut by a few samples (DESIGN.md 3).
+
+        Moving the root cut so that samples of total weight x change sides changes
+        each side's best-stump loss by at most x. For a root cut inside a piece whose
+        samples weigh W, with x the weight between t_{j-1} and the cut:
+        `P(t) >= max(P_a, P_b - (W - x))` and `S(t) >= max(S_b, S_a - x)`. Minimised
+        over x this gives the pair bound `max(P_a + S_b, P_b + S_a - W)`; the x where
+        it can still beat the incumbent form an interval, which shrinks the piece.
+        """
+        pa, pb = P[:, :-1, :], P[:, 1:, :]  # (T, s, p)
+        sa, sb = S[:, :-1, :], S[:, 1:, :]
+        w_left = self.weight_left[pr[:, None], f0[:, None], piece_lo]
+        width = self.weight_left[pr[:, None], f0[:, None], piece_hi] - w_left  # (T, s)
+        keep1, keep2, piece_lb = keep1.copy(), keep2.copy(), piece_lb.copy()
+        ti, tj = np.nonzero(alive)
+        block = max(1, (1 << 22) // (keep1.shape[2] ** 2))
+        for b0 in range(0, len(ti), block):
+            i, j = ti[b0 : b0 + block], tj[b0 : b0 + block]
+            pair = np.maximum(
+                pa[i, j][:, :, None] + sb[i, j][:, None, :],
+                pb[i, j][:, :, None] + sa[i, j][:, None, :] - width[i, j][:, None, None],
+            )
+            ok = (self.can_improve(pair, pr[i][:, None, None])
+                  & keep1[i, j][:, :, None] & keep2[i, j][:, None, :])
+            keep1[i, j], keep2[i, j] = ok.any(axis=2), ok.any(axis=1)
+            piece_lb[i, j] = np.maximum(piece_lb[i, j], pair.min(axis=(1, 2)))
+        # Feasible x: P_a + S_a - x < U and P_b + S_b - W + x < U (with the pair's
+        # other terms already checked above); a superset of the kept pairs is safe.
+        big = np.inf
+        min_pa = np.where(keep1, pa, big).min(axis=2)
+        min_pb = np.where(keep1, pb, big).min(axis=2)
+        min_sa = np.where(keep2, sa, big).min(axis=2)
+        min_sb = np.where(keep2, sb, big).min(axis=2)
+        child_lo, child_hi = self.shrink(
+            pr, f0, piece_lo, piece_hi, min_pa, min_pb, min_sa, min_sb, child_lo, child_hi,
+            alive,
+        )
+        return keep1, keep2, piece_lb, child_lo, child_hi
+
+    def shrink(self, pr, f0, piece_lo, piece_hi, pa, pb, sa, sb, child_lo, child_hi, alive):
+        """Classification: narrow each piece to the root cuts that can still win.
+
+        With x the weight between t_{j-1} and a root cut inside the piece (of weight
+        W), the slack bound exceeds the incumbent U unless P_a + S_a - x < U and
+        P_b + S_b - W + x < U. `pa`..`sb`: `(T, pieces)` lower bounds (minimised over
+        the child features still allowed).
+        """
+        return shrink_pieces(self.weight_left, self.incumbent, self.tolerance, self.exact,
+                             pr, f0, piece_lo, piece_hi, pa, pb, sa, sb, child_lo, child_hi,
+                             alive)
+
+    def refine(self, pr, f0, lo, hi, piece_lo, piece_hi, left_p, right_s, keep1, keep2,
+               piece_lb, alive):
+        """Tighten W0 to W1_{s'}, W2 or L2 on the pieces that W0 kept (Lemma key-ineq)."""
+        ti, tj = np.nonzero(alive)
+        a, b = piece_lo[ti, tj], piece_hi[ti, tj]  # threshold indices of each piece
+        q, roots = pr[ti], f0[ti]
+        width = b - a
+        if self.bound == "w1":
+            # The paper's s' = 0.6 n s / (b - a), counted in samples rather than
+            # thresholds so that a gathered piece costs about 0.6 n per row. With
+            # s' = 1, W1 equals W0: such pieces are not refined.
+            parent = self.cut_pos[q, roots, hi[ti]] - self.cut_pos[q, roots, lo[ti]]
+            n = self.n_of[q]
+            sub = np.floor(W1_FACTOR * n * self.s / np.maximum(parent, 1))
+            sub = np.minimum(sub.astype(np.int64), np.minimum(width, W1_MAX_SUBCUTS))
+            # Pieces holding a large share of the samples would need a full-length scan
+            # per sub-cut; measured, that costs more than the pruning it buys.
+            samples = self.cut_pos[q, roots, b] - self.cut_pos[q, roots, a]
+            useful = (sub >= 2) & (samples * W1_MAX_SHARE <= n)
+            ti, tj, a, b, width, sub, q, roots = (
+                x[useful] for x in (ti, tj, a, b, width, sub, q, roots)
+            )
+            if len(ti) == 0:
+                return keep1, keep2, piece_lb, alive
+        else:
+            sub = width  # every threshold of the piece
+        n_cuts = int(sub.max()) + 1
+        k = np.minimum(np.arange(n_cuts)[None, :], sub[:, None])
+        sub_t = a[:, None] + (k * width[:, None]) // sub[:, None]  # (N, K'), padded
+        sub_pos = self.cut_pos[q[:, None], roots[:, None], sub_t]
+        rows_piece, rows_f = np.nonzero(keep1[ti, tj] | keep2[ti, tj])
+        args = (roots[rows_piece], rows_f)
+        if self.bound == "l2":
+            pre, suf = yield "full", (*args, sub_pos[rows_piece], q[rows_piece])
+        else:
+            mid_lo = self.cut_pos[q, roots, a]
+            mid_hi = self.cut_pos[q, roots, b]
+            pre, suf = yield "window", (
+                *args, mid_lo[rows_piece], mid_hi[rows_piece], sub_pos[rows_piece],
+                q[rows_piece],
+            )
+        N, p = len(ti), keep1.shape[2]
+        A = np.full((N, n_cuts, p), np.inf)
+        B = np.full((N, n_cuts, p), np.inf)
+        k1 = keep1[ti, tj][rows_piece, rows_f]
+        k2 = keep2[ti, tj][rows_piece, rows_f]
+        A[rows_piece[k1], :, rows_f[k1]] = pre[k1]
+        B[rows_piece[k2], :, rows_f[k2]] = suf[k2]
+        if self.bound == "l2":
+            term1, term2 = A, B
+        else:
+            term1 = A + left_p[ti, tj][:, None, :]
+            term2 = B + right_s[ti, tj][:, None, :]
+            if self.bound == "w1":  # drop the samples between consecutive sub-cuts
+                term1, term2 = term1[:, :-1], term2[:, 1:]
+        min1, min2 = term1.min(axis=2), term2.min(axis=2)  # (N, K)
+        qq = q[:, None]
+        new1 = keep1[ti, tj] & self.can_improve((term1 + min2[..., None]).min(axis=1), qq)
+        new2 = keep2[ti, tj] & self.can_improve((term2 + min1[..., None]).min(axis=1), qq)
+        keep1, keep2 = keep1.copy(), keep2.copy()
+        keep1[ti, tj], keep2[ti, tj] = new1, new2
+        piece_lb = piece_lb.copy()
+        piece_lb[ti, tj] = np.maximum(piece_lb[ti, tj], (min1 + min2).min(axis=1))
+        alive = alive & keep1.any(axis=2) & keep2.any(axis=2)
+        return keep1, keep2, piece_lb, alive
+
+
+def shrink_pieces(weight_left, incumbent, tolerance, exact, pr, f0, piece_lo, piece_hi,
+                  pa, pb, sa, sb, child_lo, child_hi, alive):
+    """Narrow classification pieces to the root cuts whose slack bound can still win.
+
+    `weight_left[q, f0]`: training weight left of each threshold index of problem q;
+    `incumbent[q]`, `tolerance(q)`, `exact[q]` per problem; the rest `(T, pieces)`.
+    """
+    q2 = pr[:, None]
+    w_left = weight_left[q2, f0[:, None], piece_lo]
+    width = weight_left[q2, f0[:, None], piece_hi] - w_left
+    slackness = np.where(exact[q2], 0.0, tolerance(q2))
+    x_low = pa + sa - incumbent[q2] - slackness  # need x > x_low
+    x_high = incumbent[q2] + slackness - pb - sb + width  # need x < x_high
+    child_lo, child_hi = child_lo.copy(), child_hi.copy()
+    ti, tj = np.nonzero(alive)
+    if len(ti) == 0:
+        return child_lo, child_hi
+    P, p, width_t = weight_left.shape
+    table = weight_left.reshape(P * p, width_t)
+    rows = pr[ti] * p + f0[ti]
+    strict = exact[pr[ti]]
+    # Strict inequalities for exact counts, non-strict within the tolerance.
+    lo_value, hi_value = w_left[ti, tj] + x_low[ti, tj], w_left[ti, tj] + x_high[ti, tj]
+    first = np.where(strict, row_searchsorted(table, rows, lo_value, "right"),
+                     row_searchsorted(table, rows, lo_value, "left"))
+    last = np.where(strict, row_searchsorted(table, rows, hi_value, "left"),
+                    row_searchsorted(table, rows, hi_value, "right")) - 1
+    child_lo[ti, tj] = np.maximum(child_lo[ti, tj], first)
+    child_hi[ti, tj] = np.minimum(child_hi[ti, tj], last)
+    return child_lo, child_hi
+
+
+def solve_depth2(searches: list[Search], runner: KernelRunner | None = None,
+                 batch_progress=None) -> None:
+    """Run depth-2 searches together; search q is the runner's problem q.
+
+    One search: `runner` defaults to the search's own (or a new one). Problems with
+    different numbers of features run as separate frontiers, one after another.
+    """
+    if runner is None:
+        runner = searches[0].runner or KernelRunner(searches[0].problem)
+    if len(searches) == 1:
+        searches[0].runner = runner
+        Depth2Search(searches, runner).run()
+        return
+    widths = np.array([search.problem.p for search in searches])
+    for p in np.unique(widths):
+        group = np.nonzero(widths == p)[0]
+        Depth2Search([searches[q] for q in group], runner, data_index=group,
+                     batch_progress=batch_progress).run()
