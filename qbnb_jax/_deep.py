@@ -61,12 +61,16 @@ class DeepSearch(Search):
         self.iterations_inner += search.iterations
         return search.outcome()
 
-    def side(self, f0: int, k: int, which: int):
-        """Best subtree of the samples left (or right) of position k in f0's order."""
+    def side(self, f0: int, k: int, which: int, cutoff: float | None = None):
+        """Best subtree of the samples left (or right) of position k in f0's order.
+
+        `cutoff` (default: the incumbent) bounds the search; see `solve_sides`.
+        """
         key = (f0, k, which)
         if key not in self.sides:
             left = self.problem.rank[f0] < k
-            self.sides[key] = self.subtree(left if which == LEFT else ~left, self.incumbent)
+            cutoff = self.incumbent if cutoff is None else cutoff
+            self.sides[key] = self.subtree(left if which == LEFT else ~left, cutoff)
         return self.sides[key]
 
     def root_split(self, f0: int, k: int):
@@ -92,26 +96,37 @@ class DeepSearch(Search):
         lo = np.zeros(p, dtype=np.int64)
         hi = problem.n_thresholds.astype(np.int64)
         tuple_lb = np.zeros(p)  # losses are never negative
+        # Floors: lower bounds valid for every cut of a tuple, P(t) >= P(a) and
+        # S(t) >= S(b) for the parent piece [a, b] (a side only grows as it widens).
+        floor_p, floor_s = np.zeros(p), np.zeros(p)
         root = True
         while len(f0):
             if not self.begin_iteration(tuple_lb):
                 return
-            f0, lo, hi, tuple_lb = self.step_deep(f0, lo, hi, tuple_lb, all_lb, root=root)
+            f0, lo, hi, tuple_lb, floor_p, floor_s = self.step_deep(
+                f0, lo, hi, tuple_lb, floor_p, floor_s, all_lb, root=root
+            )
             root = False
             self.report(tuple_lb)
         self.lower_bound = self.incumbent - self.tolerance()
 
-    def solve_sides(self, keys) -> None:
+    def solve_sides(self, keys, cutoffs) -> None:
         """Solve every side `(f0, k, which)` of `keys` not solved yet, all at once.
 
         Depth-2 sides are `restrict` subsets of one layout: they run as one batch
-        (`_depth2.py`, one frontier, shared kernel calls), each with the incumbent as
-        its cutoff. Deeper sides are solved one by one.
+        (`_depth2.py`, one frontier, shared kernel calls). A side's cutoff is the
+        incumbent minus a floor of the other side at the same cut: a side that cannot
+        beat it cannot be part of a better tree, and "at least the cutoff" stays a
+        valid bound of the side for any later use. Deeper sides are solved one by one.
         """
-        todo = [key for key in dict.fromkeys(keys) if key not in self.sides]
+        cutoff_of: dict[tuple, float] = {}
+        for key, cutoff in zip(keys, cutoffs):
+            if key not in self.sides:  # the loosest cutoff serves every request
+                cutoff_of[key] = max(cutoff_of.get(key, -np.inf), cutoff)
+        todo = list(cutoff_of)
         if self.depth - 1 != 2 or len(todo) < 2:
-            for f0, k, which in todo:
-                self.side(f0, k, which)
+            for key in todo:
+                self.side(*key, cutoff_of[key])
             return
         if self.runner is None:
             self.runner = KernelRunner(self.problem)
@@ -130,7 +145,7 @@ class DeepSearch(Search):
         searches = [
             Search(subs[i], bound=self.bound, s=self.s, time_limit=self.time_limit,
                    progress=None, capacity=self.capacity0, start=self.start, runner=runner,
-                   cutoff=self.incumbent)
+                   cutoff=cutoff_of[todo[i]])
             for i in live
         ]
         solve_depth2(searches, runner)
@@ -139,7 +154,7 @@ class DeepSearch(Search):
             self.iterations_inner += search.iterations
         self.subproblems += len(live)
 
-    def step_deep(self, f0, lo, hi, tuple_lb, all_lb: float, *, root: bool):
+    def step_deep(self, f0, lo, hi, tuple_lb, floor_p, floor_s, all_lb: float, *, root: bool):
         """Solve the sides at every tuple's cuts, then prune with the final incumbent.
 
         Root cuts are processed in groups of SIDE_GROUP whose sides are solved together;
@@ -158,7 +173,11 @@ class DeepSearch(Search):
             if self.time_limit is not None and self.elapsed() > self.time_limit:
                 break
             group = work[g0 : g0 + SIDE_GROUP]
-            self.solve_sides([(r, k, which) for *_, r, k in group for which in (LEFT, RIGHT)])
+            keys, cutoffs = [], []
+            for i, _, r, k in group:
+                keys += [(r, k, LEFT), (r, k, RIGHT)]
+                cutoffs += [self.incumbent - floor_s[i], self.incumbent - floor_p[i]]
+            self.solve_sides(keys, cutoffs)
             for i, jj, r, k in group:
                 P[i][jj], S[i][jj] = self.root_split(r, k)
             done += len(group)
@@ -172,7 +191,8 @@ class DeepSearch(Search):
                 Pi = np.concatenate([[0.0], Pi, [all_lb]])
                 Si = np.concatenate([[all_lb], Si, [0.0]])
             children.append(self.split_tuple(int(f0[i]), cuts, Pi, Si))
-        children.append((f0[finished:], lo[finished:], hi[finished:], tuple_lb[finished:]))
+        children.append((f0[finished:], lo[finished:], hi[finished:], tuple_lb[finished:],
+                         floor_p[finished:], floor_s[finished:]))
         return tuple(np.concatenate(x) for x in zip(*children))
 
     def tuple_cuts(self, f0: int, lo: int, hi: int, root: bool) -> np.ndarray:
@@ -209,4 +229,5 @@ class DeepSearch(Search):
             )
             alive &= child_lo <= child_hi
         keep = np.nonzero(alive)[0]
-        return np.full(len(keep), f0), child_lo[keep], child_hi[keep], piece_lb[keep]
+        return (np.full(len(keep), f0), child_lo[keep], child_hi[keep], piece_lb[keep],
+                pa[keep], sb[keep])
