@@ -72,6 +72,31 @@ class Problem:
             weight_left=np.take_along_axis(cum, self.cut_pos, axis=1),
         )
 
+    def compact(self, mask: np.ndarray) -> Problem:
+        """The samples in `mask` (with positive weight) alone, as a smaller problem.
+
+        Presorted from this problem's orders, no sort; thresholds are those between
+        the kept samples, whose split values (midpoints of kept neighbours) are the
+        ones `restrict(mask)` gives. A sweep of it costs its own n, not the parent's.
+        """
+        keep = mask & (self.weight > 0)
+        idx = np.flatnonzero(keep)
+        p, m = self.p, len(idx)
+        new_id = np.full(self.n, -1, dtype=np.int32)
+        new_id[idx] = np.arange(m, dtype=np.int32)
+        kept = self.perm[keep[self.perm]].reshape(p, m)  # each row keeps m samples
+        perm = new_id[kept]
+        vr = self.value_rank[np.arange(p)[:, None], kept]
+        w = self.weight[idx]
+        rank, value_rank, cut_valid, cut_pos, n_thresholds, weight_left = _presorted(
+            perm, vr[:, 1:] != vr[:, :-1], w
+        )
+        return dataclasses.replace(
+            self, X=self.X[idx], stats=self.stats[idx], perm=perm, rank=rank,
+            value_rank=value_rank, cut_valid=cut_valid, cut_pos=cut_pos,
+            n_thresholds=n_thresholds, weight_left=weight_left, y=self.y[idx], weight=w,
+        )
+
     def reweight(self, weight: np.ndarray, integral: bool) -> Problem:
         """The same samples and layout with other weights (validated, `(n,)`, not all 0).
 
@@ -303,31 +328,11 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
         loss_kind = "sse"
 
     perm = np.argsort(X, axis=0, kind="stable").T.astype(np.int32)  # (p, n)
-    rank = np.empty_like(perm)
-    rows = np.arange(p)[:, None]
-    rank[rows, perm] = np.arange(n, dtype=np.int32)[None, :]
     x_sorted = np.take_along_axis(X.T, perm, axis=1)  # (p, n)
     changes = x_sorted[:, 1:] > x_sorted[:, :-1]  # (p, n-1)
-    cut_valid = np.zeros((p, n + 1), dtype=bool)
-    cut_valid[:, 0] = True
-    cut_valid[:, 1:n] = changes
-    dense_sorted = np.concatenate(
-        [np.zeros((p, 1), dtype=np.int32), np.cumsum(changes, axis=1, dtype=np.int32)], axis=1
+    rank, value_rank, cut_valid, cut_pos, n_thresholds, weight_left = _presorted(
+        perm, changes, w
     )
-    value_rank = np.empty_like(perm)
-    value_rank[rows, perm] = dense_sorted
-    n_thresholds = (dense_sorted[:, -1] + 1).astype(np.int32)  # u(f) = distinct values
-    # Threshold index t in 0..u(f): t=0 sends nothing left, t=u(f) everything; in
-    # between, the cut after the t-th distinct value.
-    cut_pos = np.full((p, n + 1), n, dtype=np.int32)
-    for f in range(p):
-        inner = np.nonzero(cut_valid[f, 1:n])[0] + 1
-        cut_pos[f, 0] = 0
-        cut_pos[f, 1 : 1 + len(inner)] = inner
-    cum_weight = np.concatenate(
-        [np.zeros((p, 1)), np.cumsum(w[perm], axis=1)], axis=1
-    )  # (p, n+1) in each feature's order
-    weight_left = np.take_along_axis(cum_weight, cut_pos, axis=1)
     return Problem(
         task=task,
         loss_kind=loss_kind,
@@ -374,3 +379,36 @@ def _centred_sse_stats(y: np.ndarray, w: np.ndarray):
             "deviation)."
         )
     return y, offset, stats
+
+
+def _presorted(perm: np.ndarray, changes: np.ndarray, w: np.ndarray):
+    """Orders and threshold tables from each feature's sorted order `perm` `(p, n)`.
+
+    `changes[f, k]`: the (k+1)-th sample of f's order has a larger value than the k-th.
+    Returns `(rank, value_rank, cut_valid, cut_pos, n_thresholds, weight_left)`.
+    """
+    p, n = perm.shape
+    rank = np.empty_like(perm)
+    rows = np.arange(p)[:, None]
+    rank[rows, perm] = np.arange(n, dtype=np.int32)[None, :]
+    cut_valid = np.zeros((p, n + 1), dtype=bool)
+    cut_valid[:, 0] = True
+    cut_valid[:, 1:n] = changes
+    dense_sorted = np.concatenate(
+        [np.zeros((p, 1), dtype=np.int32), np.cumsum(changes, axis=1, dtype=np.int32)], axis=1
+    )
+    value_rank = np.empty_like(perm)
+    value_rank[rows, perm] = dense_sorted
+    n_thresholds = (dense_sorted[:, -1] + 1).astype(np.int32)  # u(f) = distinct values
+    # Threshold index t in 0..u(f): t=0 sends nothing left, t=u(f) everything; in
+    # between, the cut after the t-th distinct value.
+    cut_pos = np.full((p, n + 1), n, dtype=np.int32)
+    for f in range(p):
+        inner = np.nonzero(cut_valid[f, 1:n])[0] + 1
+        cut_pos[f, 0] = 0
+        cut_pos[f, 1 : 1 + len(inner)] = inner
+    cum_weight = np.concatenate(
+        [np.zeros((p, 1)), np.cumsum(w[perm], axis=1)], axis=1
+    )  # (p, n+1) in each feature's order
+    weight_left = np.take_along_axis(cum_weight, cut_pos, axis=1)
+    return rank, value_rank, cut_valid, cut_pos, n_thresholds, weight_left

@@ -25,6 +25,7 @@ from ._search import Search
 
 LEFT, RIGHT = 0, 1
 SIDE_GROUP = 32  # root cuts per batch of side solves (64 depth-2 searches in one frontier)
+SIDE_LAYOUT_BYTES = 1 << 27  # presorted layouts (p * p * n int32 per side) per side batch
 
 
 class DeepSearch(Search):
@@ -40,15 +41,19 @@ class DeepSearch(Search):
 
     def subtree(self, mask: np.ndarray, cutoff: float):
         """`(lower bound, objective or inf, splits)` of the best depth-(d-1) tree."""
-        sub = self.problem.restrict(mask)
-        if not np.any(sub.weight > 0):
-            return 0.0, 0.0, None
         if self.runner is None:
             self.runner = KernelRunner(self.problem)
+        if np.all(mask | (self.problem.weight == 0)):  # everyone: this problem's arrays
+            sub = self.problem.restrict(mask)
+            runner = self.runner.for_subset(sub)
+        else:  # a side: its own, shorter arrays
+            sub = self.problem.compact(mask)
+            if sub.n == 0:
+                return 0.0, 0.0, None
+            runner = self.runner.for_compact([sub], steps_per_octave=4)
         kwargs = dict(
             bound=self.bound, s=self.s, time_limit=self.time_limit, progress=None,
-            capacity=self.capacity0, start=self.start, runner=self.runner.for_subset(sub),
-            cutoff=cutoff,
+            capacity=self.capacity0, start=self.start, runner=runner, cutoff=cutoff,
         )
         self.subproblems += 1
         if self.depth - 1 == 2:
@@ -113,8 +118,9 @@ class DeepSearch(Search):
     def solve_sides(self, keys, cutoffs) -> None:
         """Solve every side `(f0, k, which)` of `keys` not solved yet, all at once.
 
-        Depth-2 sides are `restrict` subsets of one layout: they run as one batch
-        (`_depth2.py`, one frontier, shared kernel calls). A side's cutoff is the
+        Depth-2 sides are compacted (`Problem.compact`: a sweep costs the side's own n)
+        and run in batches of similar size (`_depth2.py`, one frontier, shared kernel
+        calls). A side's cutoff is the
         incumbent minus a floor of the other side at the same cut: a side that cannot
         beat it cannot be part of a better tree, and "at least the cutoff" stays a
         valid bound of the side for any later use. Deeper sides are solved one by one.
@@ -133,26 +139,42 @@ class DeepSearch(Search):
         subs = []
         for f0, k, which in todo:
             left = self.problem.rank[f0] < k
-            subs.append(self.problem.restrict(left if which == LEFT else ~left))
-        empty = [not np.any(sub.weight > 0) for sub in subs]
-        live = [i for i in range(len(todo)) if not empty[i]]
-        for i in range(len(todo)):
-            if empty[i]:
+            subs.append(self.problem.compact(left if which == LEFT else ~left))
+        live = []
+        for i, sub in enumerate(subs):
+            if sub.n == 0:
                 self.sides[todo[i]] = (0.0, 0.0, None)
-        if not live:
-            return
-        runner = self.runner.for_subsets([subs[i] for i in live])
+            else:
+                live.append(i)
+        # Sides within a factor 2 in size run together, each batch padded to its largest
+        # side (4 length steps per octave) and kept to a bounded layout size. Measured:
+        # finer size classes made more, smaller kernel calls and were slower.
+        live.sort(key=lambda i: subs[i].n)
+        p = self.problem.p
+        batch: list[int] = []
+        for i in live + [None]:
+            if batch and (i is None or subs[i].n > 2 * subs[batch[0]].n
+                          or (len(batch) + 1) * p * p * subs[i].n * 4 > SIDE_LAYOUT_BYTES):
+                self.solve_side_batch([todo[j] for j in batch], [subs[j] for j in batch],
+                                      [cutoff_of[todo[j]] for j in batch])
+                batch = []
+            if i is not None:
+                batch.append(i)
+
+    def solve_side_batch(self, keys, subs, cutoffs) -> None:
+        """Depth-2 searches of compacted sides in one frontier (`_depth2.py`)."""
+        runner = self.runner.for_compact(subs, steps_per_octave=4)
         searches = [
-            Search(subs[i], bound=self.bound, s=self.s, time_limit=self.time_limit,
+            Search(sub, bound=self.bound, s=self.s, time_limit=self.time_limit,
                    progress=None, capacity=self.capacity0, start=self.start, runner=runner,
-                   cutoff=cutoff_of[todo[i]])
-            for i in live
+                   cutoff=cutoff)
+            for sub, cutoff in zip(subs, cutoffs)
         ]
         solve_depth2(searches, runner)
-        for i, search in zip(live, searches):
-            self.sides[todo[i]] = search.outcome()
+        for key, search in zip(keys, searches):
+            self.sides[key] = search.outcome()
             self.iterations_inner += search.iterations
-        self.subproblems += len(live)
+        self.subproblems += len(keys)
 
     def step_deep(self, f0, lo, hi, tuple_lb, floor_p, floor_s, all_lb: float, *, root: bool):
         """Solve the sides at every tuple's cuts, then prune with the final incumbent.

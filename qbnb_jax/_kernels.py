@@ -72,17 +72,22 @@ class SweepData(eqx.Module):
 
     @staticmethod
     def from_problems(
-        layouts: list[Problem], problems: list[Problem], layout_of: list[int]
+        layouts: list[Problem], problems: list[Problem], layout_of: list[int],
+        steps_per_octave: int = 8,
     ) -> SweepData:
         """Device arrays for `problems`, problem i laid out as `layouts[layout_of[i]]`.
 
-        Every array is padded to `padded_length` of the largest n and to the largest p.
+        Every array is padded to `padded_length` of the largest n and to the largest p,
+        and the number of layouts to a power of two (repeating the last).
         Padding samples have zero stats and sit after every real sample in every order,
         so no cut of a real sample set ever includes them: bucketing n lets problems of
         similar size share compiled kernels. Padding features are never swept.
         """
-        n_pad = padded_length(max(lay.n for lay in layouts))
+        n_pad = padded_length(max(lay.n for lay in layouts), steps_per_octave)
         p = max(lay.p for lay in layouts)
+        if len(layouts) > 1:
+            layouts = layouts + [layouts[-1]] * ((1 << (len(layouts) - 1).bit_length())
+                                                 - len(layouts))
         L = len(layouts)
         perm = np.broadcast_to(np.arange(n_pad, dtype=np.int32), (L, p, n_pad)).copy()
         rank = perm.copy()
@@ -217,12 +222,12 @@ def _unpack(data: SweepData, packed: Array) -> Array:
     return jnp.stack(fields, axis=-1)
 
 
-def padded_length(n: int) -> int:
+def padded_length(n: int, steps_per_octave: int = 8) -> int:
     """Sample count rounded up to a shape bucket: 64, then 8 steps per octave (<13% pad)."""
     if n <= 64:
         return 64
     octave = 1 << (n - 1).bit_length() - 1  # largest power of two below n
-    step = octave // 8
+    step = octave // steps_per_octave
     return -(-n // step) * step
 
 

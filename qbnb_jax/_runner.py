@@ -113,6 +113,17 @@ class KernelRunner:
         child._data_key = self._key_of(child.data)
         return child
 
+    def for_compact(self, problems: list[Problem], steps_per_octave: int) -> KernelRunner:
+        """A runner for `compact(...)` subsets, each laid out on its own samples.
+
+        Counters (and the compile cache) are shared with this runner.
+        """
+        child = self.for_problem(0, problems[0])
+        child.data = SweepData.from_problems(problems, problems, list(range(len(problems))),
+                                             steps_per_octave)
+        child._data_key = self._key_of(child.data)
+        return child
+
     def for_problem(self, index: int, problem: Problem) -> KernelRunner:
         """A view of this runner whose sweeps default to problem `index` of its data."""
         child = KernelRunner.__new__(KernelRunner)
