@@ -50,7 +50,7 @@ class DeepSearch(Search):
             sub = self.problem.compact(mask)
             if sub.n == 0:
                 return 0.0, 0.0, None
-            runner = self.runner.for_compact([sub], steps_per_octave=4)
+            runner = self.runner.for_compact([sub])
         kwargs = dict(
             bound=self.bound, s=self.s, time_limit=self.time_limit, progress=None,
             capacity=self.capacity0, start=self.start, runner=runner, cutoff=cutoff,
@@ -146,14 +146,15 @@ class DeepSearch(Search):
                 self.sides[todo[i]] = (0.0, 0.0, None)
             else:
                 live.append(i)
-        # Sides within a factor 2 in size run together, each batch padded to its largest
-        # side (4 length steps per octave) and kept to a bounded layout size. Measured:
-        # finer size classes made more, smaller kernel calls and were slower.
+        # Sides within a factor 2 in size run together (kept to a bounded layout size).
+        # Measured: finer size classes made more, smaller kernel calls (slower) and more
+        # shapes to compile; coarser ones padded more.
         live.sort(key=lambda i: subs[i].n)
         p = self.problem.p
         batch: list[int] = []
         for i in live + [None]:
-            if batch and (i is None or subs[i].n > 2 * subs[batch[0]].n
+            if batch and (i is None
+                          or subs[i].n > 2 * subs[batch[0]].n
                           or (len(batch) + 1) * p * p * subs[i].n * 4 > SIDE_LAYOUT_BYTES):
                 self.solve_side_batch([todo[j] for j in batch], [subs[j] for j in batch],
                                       [cutoff_of[todo[j]] for j in batch])
@@ -163,7 +164,7 @@ class DeepSearch(Search):
 
     def solve_side_batch(self, keys, subs, cutoffs) -> None:
         """Depth-2 searches of compacted sides in one frontier (`_depth2.py`)."""
-        runner = self.runner.for_compact(subs, steps_per_octave=4)
+        runner = self.runner.for_compact(subs)
         searches = [
             Search(sub, bound=self.bound, s=self.s, time_limit=self.time_limit,
                    progress=None, capacity=self.capacity0, start=self.start, runner=runner,

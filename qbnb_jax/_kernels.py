@@ -73,22 +73,20 @@ class SweepData(eqx.Module):
     @staticmethod
     def from_problems(
         layouts: list[Problem], problems: list[Problem], layout_of: list[int],
-        steps_per_octave: int = 8,
+        steps_per_octave: int = 8, count_base: int = 2,
     ) -> SweepData:
         """Device arrays for `problems`, problem i laid out as `layouts[layout_of[i]]`.
 
         Every array is padded to `padded_length` of the largest n and to the largest p,
-        and the number of layouts to a power of two (repeating the last).
+        and the numbers of layouts and problems to a power of `count_base` (slots that
+        no row ever refers to, left zero).
         Padding samples have zero stats and sit after every real sample in every order,
         so no cut of a real sample set ever includes them: bucketing n lets problems of
         similar size share compiled kernels. Padding features are never swept.
         """
         n_pad = padded_length(max(lay.n for lay in layouts), steps_per_octave)
         p = max(lay.p for lay in layouts)
-        if len(layouts) > 1:
-            layouts = layouts + [layouts[-1]] * ((1 << (len(layouts) - 1).bit_length())
-                                                 - len(layouts))
-        L = len(layouts)
+        L = count_bucket(len(layouts), count_base) if len(layouts) > 1 else 1
         perm = np.broadcast_to(np.arange(n_pad, dtype=np.int32), (L, p, n_pad)).copy()
         rank = perm.copy()
         value_rank = perm + n_pad
@@ -100,8 +98,8 @@ class SweepData(eqx.Module):
             cut_valid[li, : lay.p, : lay.n + 1] = lay.cut_valid
         # rank_in_root[l, f0, f] = rank[l, f0][perm[l, f]], gathered one root feature at a
         # time (its rank row stays in cache: 2x faster at n = 10^6).
-        rank_in_root = np.empty((L, p, p, n_pad), dtype=np.int32)
-        for li in range(L):
+        rank_in_root = np.zeros((L, p, p, n_pad), dtype=np.int32)
+        for li in range(len(layouts)):
             for f0 in range(p):
                 np.take(rank[li, f0], perm[li], out=rank_in_root[li, f0])
         first = problems[0]
@@ -136,9 +134,10 @@ class SweepData(eqx.Module):
             n_classes=first.n_channels,
             scan_dtype=np.dtype(scan_dtype).name,
         )
-        return layout.with_stats([pr.stats for pr in problems])
+        return layout.with_stats([pr.stats for pr in problems], count_base=count_base)
 
-    def with_stats(self, stats: list[np.ndarray], layout_of=None) -> SweepData:
+    def with_stats(self, stats: list[np.ndarray], layout_of=None, count_base: int = 2
+                   ) -> SweepData:
         """The same layouts with other per-sample stat vectors, one `(n, C)` per problem.
 
         Used for subsets (zero stats outside): when the number of problems is kept,
@@ -147,10 +146,10 @@ class SweepData(eqx.Module):
         """
         n_pad = self.length
         layout_of = np.asarray(self.layout_of if layout_of is None else layout_of, np.int32)
-        if len(stats) > 1:  # problem counts in powers of two share compiled kernels
-            bucket = 1 << (len(stats) - 1).bit_length()
-            stats = list(stats) + [np.zeros_like(stats[0])] * (bucket - len(stats))
-            layout_of = np.concatenate([layout_of, np.zeros(bucket - len(layout_of), np.int32)])
+        # Bucketed problem counts share compiled kernels; padding problems stay zero.
+        bucket = count_bucket(len(stats), count_base) if len(stats) > 1 else 1
+        layout_of = np.concatenate([layout_of[: len(stats)],
+                                    np.zeros(bucket - len(stats), np.int32)])
         perm_all = np.asarray(self.perm)
         parts = {"sorted_scan": [], "full_scan": [], "root_cum": [], "scan": []}
         for i, st in enumerate(stats):
@@ -177,7 +176,12 @@ class SweepData(eqx.Module):
             )
             parts["sorted_scan"].append(sorted_scan)
             parts["scan"].append(scan)
-        stacked = jax.device_put({k: np.stack(v) for k, v in parts.items()})
+        stacked = {}
+        for key, arrays in parts.items():
+            real = np.stack(arrays)
+            pad = np.zeros((bucket - len(real), *real.shape[1:]), real.dtype)
+            stacked[key] = np.concatenate([real, pad]) if len(pad) else real
+        stacked = jax.device_put(stacked)
         return dataclasses.replace(self, layout_of=jax.device_put(layout_of), **stacked)
 
     @property
@@ -220,6 +224,14 @@ def _unpack(data: SweepData, packed: Array) -> Array:
         for c in range(data.n_classes)
     ]
     return jnp.stack(fields, axis=-1)
+
+
+def count_bucket(count: int, base: int) -> int:
+    """The smallest power of `base` at least `count`."""
+    bucket = 1
+    while bucket < count:
+        bucket *= base
+    return bucket
 
 
 def padded_length(n: int, steps_per_octave: int = 8) -> int:

@@ -100,27 +100,16 @@ class KernelRunner:
         child.problem_index = 0
         return child
 
-    def for_subsets(self, problems: list[Problem]) -> KernelRunner:
-        """A runner for many `restrict(...)`s of this runner's problem at once.
-
-        Problem i of the new data is `problems[i]`, laid out as this runner's problem.
-        """
-        child = self.for_problem(0, problems[0])
-        layout = np.asarray(self.data.layout_of)[self.problem_index]
-        child.data = self.data.with_stats(
-            [pr.stats for pr in problems], layout_of=[layout] * len(problems)
-        )
-        child._data_key = self._key_of(child.data)
-        return child
-
-    def for_compact(self, problems: list[Problem], steps_per_octave: int) -> KernelRunner:
+    def for_compact(self, problems: list[Problem]) -> KernelRunner:
         """A runner for `compact(...)` subsets, each laid out on its own samples.
 
-        Counters (and the compile cache) are shared with this runner.
+        Counters (and the compile cache) are shared with this runner. Lengths are
+        padded in 4 steps per octave and problem counts to powers of four: a deep
+        search makes many such batches, and every distinct shape is a compile.
         """
         child = self.for_problem(0, problems[0])
         child.data = SweepData.from_problems(problems, problems, list(range(len(problems))),
-                                             steps_per_octave)
+                                             steps_per_octave=4, count_base=4)
         child._data_key = self._key_of(child.data)
         return child
 
