@@ -129,14 +129,7 @@ class Problem:
         cut_valid = np.zeros((p, n + 1), dtype=bool)
         cut_valid[:, 0] = True
         cut_valid[:, 1:n] = positive[:, :-1] & (after < n) & larger
-        cut_pos = np.full((p, n + 1), n, dtype=np.int32)
-        n_thresholds = np.empty(p, dtype=np.int32)
-        for f in range(p):
-            inner = np.nonzero(cut_valid[f, 1:n])[0] + 1
-            cut_pos[f, 0] = 0
-            cut_pos[f, 1 : 1 + len(inner)] = inner
-            n_thresholds[f] = len(inner) + 1
-        cum = np.concatenate([np.zeros((p, 1)), np.cumsum(weight[self.perm], axis=1)], 1)
+        cut_pos, n_thresholds, weight_left = _threshold_tables(cut_valid, self.perm, weight)
         return dataclasses.replace(
             self,
             loss_kind=loss_kind,
@@ -144,7 +137,7 @@ class Problem:
             cut_valid=cut_valid,
             cut_pos=cut_pos,
             n_thresholds=n_thresholds,
-            weight_left=np.take_along_axis(cum, cut_pos, axis=1),
+            weight_left=weight_left,
             y_offset=offset,
             y=y,
             weight=weight,
@@ -399,16 +392,26 @@ def _presorted(perm: np.ndarray, changes: np.ndarray, w: np.ndarray):
     )
     value_rank = np.empty_like(perm)
     value_rank[rows, perm] = dense_sorted
-    n_thresholds = (dense_sorted[:, -1] + 1).astype(np.int32)  # u(f) = distinct values
-    # Threshold index t in 0..u(f): t=0 sends nothing left, t=u(f) everything; in
-    # between, the cut after the t-th distinct value.
+    cut_pos, n_thresholds, weight_left = _threshold_tables(cut_valid, perm, w)
+    return rank, value_rank, cut_valid, cut_pos, n_thresholds, weight_left
+
+
+def _threshold_tables(cut_valid: np.ndarray, perm: np.ndarray, w: np.ndarray):
+    """`(cut_pos, n_thresholds, weight_left)` from the valid cuts `(p, n+1)`.
+
+    Threshold index t in 0..u(f): t=0 sends nothing left, t=u(f) everything; in
+    between, the cut at the t-th valid position.
+    """
+    p, n = perm.shape
     cut_pos = np.full((p, n + 1), n, dtype=np.int32)
+    n_thresholds = np.empty(p, dtype=np.int32)
     for f in range(p):
         inner = np.nonzero(cut_valid[f, 1:n])[0] + 1
         cut_pos[f, 0] = 0
         cut_pos[f, 1 : 1 + len(inner)] = inner
+        n_thresholds[f] = len(inner) + 1  # u(f) = distinct values
     cum_weight = np.concatenate(
         [np.zeros((p, 1)), np.cumsum(w[perm], axis=1)], axis=1
     )  # (p, n+1) in each feature's order
     weight_left = np.take_along_axis(cum_weight, cut_pos, axis=1)
-    return rank, value_rank, cut_valid, cut_pos, n_thresholds, weight_left
+    return cut_pos, n_thresholds, weight_left

@@ -214,6 +214,7 @@ class Depth2Search:
         """
         P, p = len(self.searches), self.p
         stumps = [search.stump_of_all() for search in self.searches]
+        self.stump_all = np.stack([losses for losses, _ in stumps])  # (P, p)
         root = np.array([int(np.argmin(losses)) for losses, _ in stumps])
         k = np.array([int(positions[f]) for (_, positions), f in zip(stumps, root)])
         # s + 1 copies of the cut: the shape of the search's own sweeps, so no compile.
@@ -257,8 +258,7 @@ class Depth2Search:
         S[ti[in2], :, fi[in2]] = suf[in2]
         cuts = swept
         if root:
-            everything = np.stack([self.searches[q].stump_of_all()[0] for q in pr])
-            everything = np.where(F1, everything, np.inf)[:, None, :]
+            everything = np.where(F1, self.stump_all[pr], np.inf)[:, None, :]
             nothing = np.where(F1, 0.0, np.inf)[:, None, :]
             P = np.concatenate([nothing, P, everything], axis=1)
             S = np.concatenate([everything, S, nothing], axis=1)

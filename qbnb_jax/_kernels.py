@@ -113,6 +113,7 @@ class SweepData(eqx.Module):
             field_bits = packing_bits(total)
             scan_dtype = np.int64
         # One transfer for all arrays: each separate device_put costs ~0.2 ms.
+        host_perm = perm
         rank_in_root, cut_valid, perm, rank, value_rank, layout_of = jax.device_put(
             (rank_in_root, cut_valid, perm, rank, value_rank,
              np.asarray(layout_of, dtype=np.int32))
@@ -134,15 +135,17 @@ class SweepData(eqx.Module):
             n_classes=first.n_channels,
             scan_dtype=np.dtype(scan_dtype).name,
         )
-        return layout.with_stats([pr.stats for pr in problems], count_base=count_base)
+        return layout.with_stats([pr.stats for pr in problems], count_base=count_base,
+                                 host_perm=host_perm)
 
-    def with_stats(self, stats: list[np.ndarray], layout_of=None, count_base: int = 2
-                   ) -> SweepData:
+    def with_stats(self, stats: list[np.ndarray], layout_of=None, count_base: int = 2,
+                   host_perm: np.ndarray | None = None) -> SweepData:
         """The same layouts with other per-sample stat vectors, one `(n, C)` per problem.
 
         Used for subsets (zero stats outside): when the number of problems is kept,
         shapes and dtypes are too, so the compiled kernels are reused. `layout_of`:
-        the layout of each new problem (default: as before).
+        the layout of each new problem (default: as before). `host_perm`: a host copy
+        of `self.perm`, when the caller has one (saves a device-to-host copy).
         """
         n_pad = self.length
         layout_of = np.asarray(self.layout_of if layout_of is None else layout_of, np.int32)
@@ -150,7 +153,7 @@ class SweepData(eqx.Module):
         bucket = count_bucket(len(stats), count_base) if len(stats) > 1 else 1
         layout_of = np.concatenate([layout_of[: len(stats)],
                                     np.zeros(bucket - len(stats), np.int32)])
-        perm_all = np.asarray(self.perm)
+        perm_all = np.asarray(self.perm) if host_perm is None else host_perm
         parts = {"sorted_scan": [], "full_scan": [], "root_cum": [], "scan": []}
         for i, st in enumerate(stats):
             st = np.concatenate([st, np.zeros((n_pad - len(st), st.shape[1]), st.dtype)])
@@ -187,10 +190,6 @@ class SweepData(eqx.Module):
     @property
     def length(self) -> int:
         return int(self.perm.shape[-1])
-
-    @property
-    def n_problems(self) -> int:
-        return int(self.layout_of.shape[0])
 
 
 def packing_bits(total: int) -> int:
