@@ -6,14 +6,16 @@ many problems there are; all O(n) work happens in the device sweeps of `_kernels
 batched over (problem, tuple, feature) rows. A single solve is one problem; a batch
 (`solve_batch`) or the sides of a deeper tree's root cuts are many. Per iteration:
 
-1. cut the root interval at almost s-equi-spaced thresholds t_0..t_s;
+1. cut the tuple's root interval at s + 1 almost equi-spaced thresholds t_1..t_{s+1}
+   strictly inside its two ends (cuts evaluated before, or the trivial 0 and u(f0));
 2. sweep: `P[j, f] = L1(prefix_{t_j}, f)`, `S[j, f] = L1(suffix_{t_j}, f)`;
 3. Step 1 (upper bound V_s): every tree with root cut t_j is now evaluated exactly;
-4. Step 2 (Proposition quantile-prune): for each piece [t_{j-1}, t_j], keep the child
-   features whose lower bound (W0, then W1_{s'}, W2 or L2) can still beat the
-   problem's incumbent;
-5. surviving pieces become children over the open interval (t_{j-1}, t_j): both
-   endpoints were evaluated exactly in step 3.
+4. Step 2 (Proposition quantile-prune): for each of the s + 2 pieces between the ends
+   and the cuts, keep the child features whose lower bound (W0, then W1_{s'}, W2 or
+   L2) can still beat the problem's incumbent; the ends enter as carried bounds;
+5. surviving pieces become children over their open interval, whose ends carry the
+   bounds of step 2 (not re-swept: 10% fewer cut-elements on the 13 classification
+   datasets than re-sweeping them, up to 21% on htru).
 
 Problem q's host-side state (incumbent, tree building) is `searches[q]`, a `Search`.
 Each problem follows exactly the path it would follow alone: the frontier keeps every
@@ -135,12 +137,20 @@ class Depth2Search:
         yield from self.greedy()
         pr = np.repeat(np.arange(P), p)
         f0 = np.tile(np.arange(p), P)
-        lo = np.zeros(P * p, dtype=np.int64)
-        hi = self.n_thresholds.reshape(-1)
+        # Root cuts lo..hi lie strictly between two ends whose sides are bounded per
+        # child feature (see `step`). At first the ends are the trivial cuts 0 (nothing
+        # left) and u(f0) (everything left): a side is empty or the best stump of all.
+        lo = np.ones(P * p, dtype=np.int64)
+        hi = self.n_thresholds.reshape(-1) - 1
         F1 = np.ones((P * p, p), dtype=bool)
         F2 = np.ones((P * p, p), dtype=bool)
+        everything = self.stump_all[pr]
+        nothing = np.zeros_like(everything)
+        ends = np.stack([nothing, everything, everything, nothing], axis=1)  # (T, 4, p)
         tuple_lb = np.zeros(P * p)  # losses are never negative
-        root = True
+        inside = lo <= hi  # a constant feature has no cut inside
+        pr, f0, lo, hi, F1, F2, ends, tuple_lb = (
+            x[inside] for x in (pr, f0, lo, hi, F1, F2, ends, tuple_lb))
         while len(f0):
             if not self.begin_iteration(pr, tuple_lb):
                 return
@@ -150,10 +160,10 @@ class Depth2Search:
                 self.searches[q].capacity_history.append(self.capacity)
             children = []
             for b0 in range(0, len(f0), self.capacity):  # bounded memory per block
-                block = (x[b0 : b0 + self.capacity] for x in (pr, f0, lo, hi, F1, F2))
-                children.append((yield from self.step(*block, root=root)))
-            pr, f0, lo, hi, F1, F2, tuple_lb = (np.concatenate(x) for x in zip(*children))
-            root = False
+                block = (x[b0 : b0 + self.capacity] for x in (pr, f0, lo, hi, F1, F2, ends))
+                children.append((yield from self.step(*block)))
+            pr, f0, lo, hi, F1, F2, ends, tuple_lb = (
+                np.concatenate(x) for x in zip(*children))
             self.report(tuple_lb)
             if self.batch_progress is not None:
                 active = len(np.unique(pr))
@@ -233,21 +243,25 @@ class Depth2Search:
             self.offer(q, float(value[q]), splits)
 
     # -- one iteration --------------------------------------------------------------------
-    def step(self, pr, f0, lo, hi, F1, F2, *, root: bool = False):
+    def step(self, pr, f0, lo, hi, F1, F2, ends):
         """One Quant-BnB iteration over a block of tuples; returns the children.
 
-        With `root`, every tuple spans its whole threshold range [0, u(f0)], whose ends
-        need no sweep (an empty side has loss 0, the other side is the best stump of
-        all samples), so the s+1 swept cuts all fall inside: s+2 pieces for one sweep.
+        A tuple's root cuts lo..hi lie strictly between two ends, lo - 1 and hi + 1,
+        that were evaluated before (or are trivial): what is carried of them,
+        `ends[:, :, f]` = (P_lo, S_lo, P_hi, S_hi), are lower bounds such that every
+        root cut t of the tuple has `L1(prefix_t, f) >= P_lo` and `L1(suffix_t, f) >=
+        S_hi` (sides only grow) and, for classification, `L1(suffix_t, f) >= S_lo -
+        w(lo - 1, t)` and `L1(prefix_t, f) >= P_hi - w(t, hi + 1)` (moving weight w
+        changes a best stump by at most w). So the s + 1 swept cuts all fall inside
+        and make s + 2 pieces; W0 and the W1/W2 windows stay valid at the ends by
+        super-additivity (the end's set is a subset of the piece's prefix).
         """
         s = self.s
         T, p = F1.shape
         n_swept = s + 1
         j = np.arange(n_swept)
-        if root:
-            swept = ((j[None, :] + 1) * hi[:, None]) // (n_swept + 1)
-        else:
-            swept = lo[:, None] + (j[None, :] * (hi - lo)[:, None]) // s  # almost equi-spaced
+        swept = (lo - 1)[:, None] + ((j[None, :] + 1) * (hi - lo + 2)[:, None]) // (n_swept + 1)
+        swept = np.clip(swept, lo[:, None], hi[:, None])
         pos = self.cut_pos[pr[:, None], f0[:, None], swept]
         ti, fi = np.nonzero(F1 | F2)
         pre, suf = yield "full", (f0[ti], fi, pos[ti], pr[ti])
@@ -256,15 +270,13 @@ class Depth2Search:
         in1, in2 = F1[ti, fi], F2[ti, fi]
         P[ti[in1], :, fi[in1]] = pre[in1]
         S[ti[in2], :, fi[in2]] = suf[in2]
-        cuts = swept
-        if root:
-            everything = np.where(F1, self.stump_all[pr], np.inf)[:, None, :]
-            nothing = np.where(F1, 0.0, np.inf)[:, None, :]
-            P = np.concatenate([nothing, P, everything], axis=1)
-            S = np.concatenate([everything, S, nothing], axis=1)
-            cuts = np.concatenate([lo[:, None], swept, hi[:, None]], axis=1)
+        self.upper_bounds(pr, f0, swept, P, S)  # the ends are bounds, not trees
+        P = np.concatenate([np.where(F1, ends[:, 0], np.inf)[:, None], P,
+                            np.where(F1, ends[:, 2], np.inf)[:, None]], axis=1)
+        S = np.concatenate([np.where(F2, ends[:, 1], np.inf)[:, None], S,
+                            np.where(F2, ends[:, 3], np.inf)[:, None]], axis=1)
+        cuts = np.concatenate([(lo - 1)[:, None], swept, (hi + 1)[:, None]], axis=1)
 
-        self.upper_bounds(pr, f0, cuts, P, S)
 
         # Step 2: prune each piece [t_{j-1}, t_j] with W0 = P[j-1, f1] + S[j, f2].
         left_p, right_s = P[:, :-1, :], S[:, 1:, :]  # (T, pieces, p)
@@ -275,7 +287,7 @@ class Depth2Search:
         piece_lb = min_left + min_right
         piece_lo, piece_hi = cuts[:, :-1], cuts[:, 1:]
         alive = (piece_hi - piece_lo >= 2) & keep1.any(axis=2) & keep2.any(axis=2)
-        child_lo, child_hi = piece_lo + 1, piece_hi - 1  # endpoints are solved exactly
+        child_lo, child_hi = piece_lo + 1, piece_hi - 1  # the cuts themselves are done
         if self.classification and alive.any():
             keep1, keep2, piece_lb, child_lo, child_hi = self.slack(
                 pr, f0, P, S, piece_lo, piece_hi, keep1, keep2, piece_lb, child_lo, child_hi,
@@ -288,13 +300,23 @@ class Depth2Search:
                 alive,
             )
         ti, tj = np.nonzero(alive)
+        child_lo, child_hi = child_lo[ti, tj], child_hi[ti, tj]
+        pa, sa = P[ti, tj], S[ti, tj]  # (children, p)
+        pb, sb = P[ti, tj + 1], S[ti, tj + 1]
+        if self.classification:  # the children's ends moved in from the cuts
+            wl = self.weight_left[pr[ti], f0[ti]]
+            sa = sa - (np.take_along_axis(wl, child_lo[:, None] - 1, 1)
+                       - np.take_along_axis(wl, piece_lo[ti, tj][:, None], 1))
+            pb = pb - (np.take_along_axis(wl, piece_hi[ti, tj][:, None], 1)
+                       - np.take_along_axis(wl, child_hi[:, None] + 1, 1))
         return (
             pr[ti],
             f0[ti],
-            child_lo[ti, tj],
-            child_hi[ti, tj],
+            child_lo,
+            child_hi,
             keep1[ti, tj],
             keep2[ti, tj],
+            np.stack([pa, sa, pb, sb], axis=1),
             piece_lb[ti, tj],
         )
 
