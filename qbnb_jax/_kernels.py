@@ -154,36 +154,37 @@ class SweepData(eqx.Module):
         layout_of = np.concatenate([layout_of[: len(stats)],
                                     np.zeros(bucket - len(stats), np.int32)])
         perm_all = np.asarray(self.perm) if host_perm is None else host_perm
-        parts = {"sorted_scan": [], "full_scan": [], "root_cum": [], "scan": []}
-        for i, st in enumerate(stats):
-            st = np.concatenate([st, np.zeros((n_pad - len(st), st.shape[1]), st.dtype)])
-            if self.binary:
-                scan = st[:, 1:2] - st[:, 0:1]
-            elif self.loss_kind == "sse":
-                scan = st[:, :-1]
-            else:
-                scan = st
-            if self.field_bits:
-                scan = pack_counts(scan.astype(np.int64), self.field_bits)
-            scan = scan.astype(self.scan_dtype)
-            perm = perm_all[layout_of[i]]
-            sorted_scan = scan[perm]  # (p, n_pad, S)
-            p = perm.shape[0]
-            zero = np.zeros((p, 1, scan.shape[1]), dtype=scan.dtype)
-            parts["full_scan"].append(
-                np.concatenate([zero, np.cumsum(sorted_scan, axis=1, dtype=scan.dtype)], 1)
-            )
-            zero = np.zeros((p, 1, st.shape[1]), dtype=st.dtype)
-            parts["root_cum"].append(
-                np.concatenate([zero, np.cumsum(st[perm], axis=1, dtype=st.dtype)], 1)
-            )
-            parts["sorted_scan"].append(sorted_scan)
-            parts["scan"].append(scan)
-        stacked = {}
-        for key, arrays in parts.items():
-            real = np.stack(arrays)
-            pad = np.zeros((bucket - len(real), *real.shape[1:]), real.dtype)
-            stacked[key] = np.concatenate([real, pad]) if len(pad) else real
+        # All problems at once: stats padded with zero samples (as the layouts are).
+        C = stats[0].shape[1]
+        st = np.zeros((bucket, n_pad, C), dtype=stats[0].dtype)
+        for i, one in enumerate(stats):
+            st[i, : len(one)] = one
+        if self.binary:
+            scan = st[..., 1:2] - st[..., 0:1]
+        elif self.loss_kind == "sse":
+            scan = st[..., :-1]
+        else:
+            scan = st
+        if self.field_bits:
+            scan = pack_counts(scan.astype(np.int64).reshape(-1, scan.shape[-1]),
+                               self.field_bits).reshape(bucket, n_pad, -1)
+        scan = scan.astype(self.scan_dtype)
+        perm = perm_all[layout_of]  # (bucket, p, n_pad)
+        p = perm.shape[1]
+        # One flat take per array (much faster than a two-array fancy index).
+        flat = (perm + (np.arange(bucket) * n_pad)[:, None, None]).reshape(-1)
+
+        def in_order(a):  # (bucket, n_pad, k) -> (bucket, p, n_pad, k)
+            return np.take(a.reshape(bucket * n_pad, -1), flat, axis=0).reshape(
+                bucket, p, n_pad, -1)
+        sorted_scan = in_order(scan)
+        zero = np.zeros((bucket, p, 1, scan.shape[-1]), dtype=scan.dtype)
+        full_scan = np.concatenate(
+            [zero, np.cumsum(sorted_scan, axis=2, dtype=scan.dtype)], axis=2)
+        zero = np.zeros((bucket, p, 1, C), dtype=st.dtype)
+        root_cum = np.concatenate([zero, np.cumsum(in_order(st), axis=2, dtype=st.dtype)], 2)
+        stacked = {"sorted_scan": sorted_scan, "full_scan": full_scan, "root_cum": root_cum,
+                   "scan": scan}
         stacked = jax.device_put(stacked)
         return dataclasses.replace(self, layout_of=jax.device_put(layout_of), **stacked)
 
