@@ -154,9 +154,10 @@ class SweepData(eqx.Module):
         layout_of = np.concatenate([layout_of[: len(stats)],
                                     np.zeros(bucket - len(stats), np.int32)])
         perm_all = np.asarray(self.perm) if host_perm is None else host_perm
-        # All problems at once: stats padded with zero samples (as the layouts are).
-        C = stats[0].shape[1]
-        st = np.zeros((bucket, n_pad, C), dtype=stats[0].dtype)
+        # All problems at once: stats padded with zero samples (as the layouts are);
+        # the padding problems of the bucket are zeros throughout.
+        count, C = len(stats), stats[0].shape[1]
+        st = np.zeros((count, n_pad, C), dtype=stats[0].dtype)
         for i, one in enumerate(stats):
             st[i, : len(one)] = one
         if self.binary:
@@ -167,24 +168,27 @@ class SweepData(eqx.Module):
             scan = st
         if self.field_bits:
             scan = pack_counts(scan.astype(np.int64).reshape(-1, scan.shape[-1]),
-                               self.field_bits).reshape(bucket, n_pad, -1)
+                               self.field_bits).reshape(count, n_pad, -1)
         scan = scan.astype(self.scan_dtype)
-        perm = perm_all[layout_of]  # (bucket, p, n_pad)
+        perm = perm_all[layout_of[:count]]  # (count, p, n_pad)
         p = perm.shape[1]
         # One flat take per array (much faster than a two-array fancy index).
-        flat = (perm + (np.arange(bucket) * n_pad)[:, None, None]).reshape(-1)
+        flat = (perm + (np.arange(count) * n_pad)[:, None, None]).reshape(-1)
 
-        def in_order(a):  # (bucket, n_pad, k) -> (bucket, p, n_pad, k)
-            return np.take(a.reshape(bucket * n_pad, -1), flat, axis=0).reshape(
-                bucket, p, n_pad, -1)
+        def in_order(a):  # (count, n_pad, k) -> (count, p, n_pad, k)
+            return np.take(a.reshape(count * n_pad, -1), flat, axis=0).reshape(
+                count, p, n_pad, -1)
+
+        def cumulative(a):  # (count, p, n_pad, k) -> (bucket, p, n_pad + 1, k)
+            out = np.zeros((bucket, p, n_pad + 1, a.shape[-1]), dtype=a.dtype)
+            np.cumsum(a, axis=2, dtype=a.dtype, out=out[:count, :, 1:])
+            return out
+
+        def padded(a):
+            return np.concatenate([a, np.zeros((bucket - count, *a.shape[1:]), a.dtype)])
         sorted_scan = in_order(scan)
-        zero = np.zeros((bucket, p, 1, scan.shape[-1]), dtype=scan.dtype)
-        full_scan = np.concatenate(
-            [zero, np.cumsum(sorted_scan, axis=2, dtype=scan.dtype)], axis=2)
-        zero = np.zeros((bucket, p, 1, C), dtype=st.dtype)
-        root_cum = np.concatenate([zero, np.cumsum(in_order(st), axis=2, dtype=st.dtype)], 2)
-        stacked = {"sorted_scan": sorted_scan, "full_scan": full_scan, "root_cum": root_cum,
-                   "scan": scan}
+        stacked = {"sorted_scan": padded(sorted_scan), "full_scan": cumulative(sorted_scan),
+                   "root_cum": cumulative(in_order(st)), "scan": padded(scan)}
         stacked = jax.device_put(stacked)
         return dataclasses.replace(self, layout_of=jax.device_put(layout_of), **stacked)
 
