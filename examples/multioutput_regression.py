@@ -21,8 +21,7 @@ import time
 
 import numpy as np
 from sklearn.datasets import load_linnerud
-from sklearn.tree import DecisionTreeRegressor
-from sklearn.tree import export_text as sk_export_text
+from sklearn.tree import DecisionTreeRegressor, export_text as sk_export_text
 
 from qbnb_jax import OptimalTreeRegressor, export_text
 

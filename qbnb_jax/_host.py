@@ -111,7 +111,8 @@ def _stacked_stumps(problems: list[Problem]):
     zero = np.zeros((B, p, 1))
     if binary:
         signed = stats[:, :, 1] - stats[:, :, 0]
-        d = np.concatenate([zero, np.cumsum(signed.reshape(-1)[flat].reshape(B, p, n), axis=2)], axis=2)
+        in_order = signed.reshape(-1)[flat].reshape(B, p, n)
+        d = np.concatenate([zero, np.cumsum(in_order, axis=2)], axis=2)
         total = np.array([pr.stats.sum() for pr in problems])[:, None, None]  # as above
         loss = (total - np.abs(d) - np.abs(d[..., -1:] - d)) / 2.0
     else:
