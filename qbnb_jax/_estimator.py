@@ -317,7 +317,8 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
     verbose : bool or int, default=False
         Print one progress line per branch-and-bound iteration to stderr.
     s : int, default=3
-        Number of quantile pieces each feature interval is cut into per iteration.
+        How finely each root interval is cut per iteration (about s quantile
+        pieces; see `qbnb_jax.solve`).
 
     Attributes
     ----------
@@ -493,7 +494,8 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
     verbose : bool or int, default=False
         Print one progress line per branch-and-bound iteration to stderr.
     s : int, default=3
-        Number of quantile pieces each feature interval is cut into per iteration.
+        How finely each root interval is cut per iteration (about s quantile
+        pieces; see `qbnb_jax.solve`).
 
     Attributes
     ----------

@@ -26,7 +26,7 @@ from ._tree import Tree
 
 BOUNDS = ("w0", "w1", "w2", "l2")
 SUPPORTED_DEPTHS = (1, 2, 3, 4)
-MAX_S = 256  # pieces per interval per iteration; the work per tuple grows with s
+MAX_S = 256  # cuts per interval per iteration grow with s, and so does the work per tuple
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -104,7 +104,8 @@ def solve(
     - `sample_weight`: non-negative weights `(n,)`; zero removes a sample.
     - `bound`: lower bound used for pruning: `"w0"` (default), `"w1"` (W1_{s'}), `"w2"`
       or `"l2"` (exhaustive), as in the paper's section 3.
-    - `s`: number of pieces each root interval is cut into per iteration.
+    - `s`: how finely each root interval is cut per iteration: s + 1 swept cuts (s + 2
+      pieces) at depth 2, s cuts (s + 1 pieces) over the root of deeper trees.
     - `time_limit`: seconds (None or inf: no limit); when exceeded the best tree so far
       is returned with status `"time_limit"` and a proved lower bound.
     - `progress`: called after every iteration with a dict (`iteration`, `frontier`,
