@@ -231,7 +231,6 @@ class Depth2Search:
         same kernel the search uses; only the winning stumps are rebuilt on the host.
         """
         P, p = len(self.searches), self.p
-        Search.prepare_stumps_of_all(self.searches)
         stumps = [search.stump_of_all() for search in self.searches]
         self.stump_all = np.stack([losses for losses, _ in stumps])  # (P, p)
         root = np.array([int(np.argmin(losses)) for losses, _ in stumps])

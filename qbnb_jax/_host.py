@@ -68,65 +68,6 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
     return losses, positions
 
 
-def stumps_of_all(problems: list[Problem], budget: int = 1 << 22):
-    """`stump_losses` of all samples for problems with equal p: `(losses, positions)`,
-    each `(len(problems), p)`, with the same arithmetic (same sums in the same order).
-
-    Problems are stacked (padded to the largest n with zero-stat samples that no
-    valid cut reaches) in chunks of about `budget` elements; a problem larger than
-    that runs alone, one feature at a time.
-    """
-    p = problems[0].p
-    losses = np.empty((len(problems), p))
-    positions = np.empty((len(problems), p), dtype=np.int64)
-    start = 0
-    while start < len(problems):
-        stop, size = start + 1, problems[start].n * p
-        while stop < len(problems) and size + problems[stop].n * p <= budget:
-            size += problems[stop].n * p
-            stop += 1
-        chunk = problems[start:stop]
-        if len(chunk) == 1:
-            only = chunk[0]
-            losses[start], positions[start] = stump_losses(only, np.ones(only.n, dtype=bool))
-        else:
-            losses[start:stop], positions[start:stop] = _stacked_stumps(chunk)
-        start = stop
-    return losses, positions
-
-
-def _stacked_stumps(problems: list[Problem]):
-    B, p, n = len(problems), problems[0].p, max(pr.n for pr in problems)
-    first = problems[0]
-    binary = first.loss_kind != "sse" and first.n_channels == 2
-    C = first.n_channels
-    stats = np.zeros((B, n + 1, C), dtype=first.stats.dtype)  # row n: a zero sample
-    perm = np.full((B, p, n), n, dtype=np.int64)
-    valid = np.zeros((B, p, n + 1), dtype=bool)
-    for b, pr in enumerate(problems):
-        stats[b, : pr.n] = pr.stats
-        perm[b, :, : pr.n] = pr.perm
-        valid[b, :, : pr.n + 1] = pr.cut_valid
-    flat = (perm + (np.arange(B) * (n + 1))[:, None, None]).reshape(-1)  # one flat take
-    zero = np.zeros((B, p, 1))
-    if binary:
-        signed = stats[:, :, 1] - stats[:, :, 0]
-        in_order = signed.reshape(-1)[flat].reshape(B, p, n)
-        d = np.concatenate([zero, np.cumsum(in_order, axis=2)], axis=2)
-        total = np.array([pr.stats.sum() for pr in problems])[:, None, None]  # as above
-        loss = (total - np.abs(d) - np.abs(d[..., -1:] - d)) / 2.0
-    else:
-        sorted_stats = np.take(stats.astype(np.float64).reshape(-1, C), flat, axis=0).reshape(
-            B, p, n, C)
-        cum = np.concatenate([np.zeros((B, p, 1, C)), np.cumsum(sorted_stats, axis=2)], 2)
-        loss = leaf_loss_np(cum, first.loss_kind) + leaf_loss_np(
-            cum[..., -1:, :] - cum, first.loss_kind
-        )
-    loss = np.where(valid, loss, np.inf)
-    positions = np.argmin(loss, axis=2)
-    return np.take_along_axis(loss, positions[..., None], axis=2)[..., 0], positions
-
-
 def best_stump(problem: Problem, mask: np.ndarray, features=None) -> tuple[float, int, int]:
     """Best stump of the samples in `mask`: `(loss, feature, position)`.
 

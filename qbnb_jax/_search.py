@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from ._data import Problem
-from ._host import best_stump, position_threshold, stump_losses, stumps_of_all
+from ._host import best_stump, position_threshold, stump_losses
 from ._runner import KernelRunner, pow2_at_least
 
 # Regression and fractional weights: prune only when LB > U + RTOL*|U| + ATOL*scale.
@@ -101,15 +101,6 @@ class Search:
             everyone = np.ones(self.problem.n, dtype=bool)
             self._stump_of_all = stump_losses(self.problem, everyone)
         return self._stump_of_all
-
-    @staticmethod
-    def prepare_stumps_of_all(searches: list[Search]) -> None:
-        """Compute `stump_of_all` of many searches (equal p) in stacked numpy calls."""
-        todo = [search for search in searches if search._stump_of_all is None]
-        if len(todo) > 1:
-            losses, positions = stumps_of_all([search.problem for search in todo])
-            for i, search in enumerate(todo):
-                search._stump_of_all = (losses[i], positions[i])
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
