@@ -75,6 +75,9 @@ class Counters:
     compiles: int = 0
     rows_evaluated: int = 0
     cut_evaluations: int = 0
+    # Rows x cuts x samples swept (padding included): deterministic, unlike timings,
+    # so a change's effect on the work can be read without benchmark noise.
+    cut_elements: int = 0
 
 
 class KernelRunner:
@@ -206,6 +209,7 @@ class KernelRunner:
                     run_chunk(r0)
             self.counters.rows_evaluated += rows
             self.counters.cut_evaluations += rows * width
+            self.counters.cut_elements += rows * cut_block * length
         return out_pre, out_suf
 
     def full(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray, problem=None):

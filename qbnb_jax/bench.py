@@ -167,6 +167,7 @@ def _summary(res: Any) -> dict[str, Any]:
         "compile_seconds": _maybe_float(stats.get("compile_seconds")),
         "iterations": stats.get("iterations"),
         "peak_frontier": None if peak is None else int(peak),
+        "cut_elements": stats.get("cut_elements"),
     }
 
 
@@ -342,7 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _log("tests/regression_bruteforce.py not found: regression check skipped")
 
     headers = ["dataset", "n", "p", "classes/targets", "objective", "status", "cold s",
-               "warm s", "compile s", "iterations", "peak frontier", "cache"]
+               "warm s", "compile s", "iterations", "peak frontier", "M cut-elements",
+               "cache"]
     if args.vs == "contree":
         headers += ["ConTree s", "ConTree objective", "ours/ConTree (warm)", "match"]
     if args.check_regression:
@@ -403,6 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 summary["iterations"])
             row["peak frontier"] = "-" if summary["peak_frontier"] is None else str(
                 summary["peak_frontier"])
+            elements = summary.get("cut_elements")
+            row["M cut-elements"] = "-" if elements is None else f"{elements / 1e6:.1f}"
         else:
             row["status"] = "error"
         if args.no_cold and first is not None:

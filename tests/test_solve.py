@@ -395,3 +395,16 @@ def test_blocked_full_sweep_matches_brute_force(monkeypatch):
             assert res.objective == pytest.approx(want, rel=1e-9, abs=1e-12), (it, n, p)
     finally:
         jax.clear_caches()
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_cut_elements_count_the_work_deterministically(depth):
+    """`stats["cut_elements"]` (the benchmark's noise-free work measure) repeats exactly."""
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(60, 3))
+    y = (X[:, 0] * X[:, 1] > 0).astype(int)
+    first = qbnb_jax.solve(X, y, task="classification", depth=depth)
+    second = qbnb_jax.solve(X, y, task="classification", depth=depth)
+    assert first.stats["cut_elements"] > 0
+    assert first.stats["cut_elements"] == second.stats["cut_elements"]
+    assert first.stats["cut_elements"] >= first.stats["cut_evaluations"]
