@@ -56,28 +56,12 @@ class Problem:
     def n_channels(self) -> int:
         return int(self.stats.shape[1])
 
-    def restrict(self, mask: np.ndarray) -> Problem:
-        """The same problem with weight only on the samples in `mask`.
-
-        Orders, thresholds and shapes are kept (samples outside count for nothing), so
-        a subproblem of a deeper tree reuses the parent's presorting and kernels.
-        """
-        weight = np.where(mask, self.weight, 0.0)
-        stats = np.where(mask[:, None], self.stats, 0).astype(self.stats.dtype)
-        cum = np.concatenate([np.zeros((self.p, 1)), np.cumsum(weight[self.perm], axis=1)], 1)
-        return dataclasses.replace(
-            self,
-            stats=stats,
-            weight=weight,
-            weight_left=np.take_along_axis(cum, self.cut_pos, axis=1),
-        )
-
     def compact(self, mask: np.ndarray) -> Problem:
         """The samples in `mask` (with positive weight) alone, as a smaller problem.
 
         Presorted from this problem's orders, no sort; thresholds are those between
-        the kept samples, whose split values (midpoints of kept neighbours) are the
-        ones `restrict(mask)` gives. A sweep of it costs its own n, not the parent's.
+        the kept samples, at the midpoints of kept neighbours. A sweep of it costs its
+        own n, not the parent's; deeper trees solve their subtrees on these.
         """
         keep = mask & (self.weight > 0)
         idx = np.flatnonzero(keep)

@@ -52,14 +52,10 @@ class DeepSearch(Search):
         """`(lower bound, objective or inf, splits)` of the best depth-(d-1) tree."""
         if self.runner is None:
             self.runner = KernelRunner(self.problem)
-        if np.all(mask | (self.problem.weight == 0)):  # everyone: this problem's arrays
-            sub = self.problem.restrict(mask)
-            runner = self.runner.for_subset(sub)
-        else:  # a side: its own, shorter arrays
-            sub = self.problem.compact(mask)
-            if sub.n == 0:
-                return 0.0, 0.0, None
-            runner = self.runner.for_compact([sub])
+        sub = self.problem.compact(mask)  # its own, shorter arrays
+        if sub.n == 0:
+            return 0.0, 0.0, None
+        runner = self.runner.for_compact([sub])
         kwargs = dict(
             bound=self.bound, s=self.s, time_limit=self.time_limit, progress=None,
             capacity=self.capacity0, start=self.start, runner=runner, cutoff=cutoff,

@@ -10,7 +10,6 @@ sized by the caller so that the `(rows, cuts, n)` intermediates stay cache sized
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import equinox as eqx
@@ -32,8 +31,9 @@ class SweepData(eqx.Module):
     cumulative sums in the root feature's order, an O(1) lookup per cut.
 
     Problems (axis P) carry their own stats; they share a sample layout (axis L, the
-    presorted orders of one X) when they differ only in weights, as bootstrap samples,
-    folds and the subsets of a deeper tree do (DESIGN.md section 5). A single solve has
+    presorted orders of one X) when they differ only in weights, as bootstrap samples
+    and folds do (DESIGN.md section 5); the compacted sides of a deeper tree have a
+    layout each. A single solve has
     P = L = 1.
 
     **Fields** (n samples padded, p features, C stat channels, S scanned channels):
@@ -112,89 +112,72 @@ class SweepData(eqx.Module):
         if total is not None and not binary and first.n_channels > 2:
             field_bits = packing_bits(total)
             scan_dtype = np.int64
+        # Bucketed problem counts share compiled kernels; padding problems stay zero.
+        count = len(problems)
+        bucket = count_bucket(count, count_base) if count > 1 else 1
+        layout_of = np.concatenate([np.asarray(layout_of, dtype=np.int32),
+                                    np.zeros(bucket - count, np.int32)])
+        tables = _stat_tables([pr.stats for pr in problems], perm[layout_of[:count]], bucket,
+                              binary=binary, loss_kind=first.loss_kind,
+                              field_bits=field_bits, scan_dtype=scan_dtype)
         # One transfer for all arrays: each separate device_put costs ~0.2 ms.
-        host_perm = perm
-        rank_in_root, cut_valid, perm, rank, value_rank, layout_of = jax.device_put(
-            (rank_in_root, cut_valid, perm, rank, value_rank,
-             np.asarray(layout_of, dtype=np.int32))
-        )
-        layout = SweepData(
-            rank_in_root=rank_in_root,
-            cut_valid=cut_valid,
-            perm=perm,
-            rank=rank,
-            value_rank=value_rank,
-            sorted_scan=None,
-            full_scan=None,
-            root_cum=None,
-            scan=None,
-            layout_of=layout_of,
+        arrays = jax.device_put(dict(rank_in_root=rank_in_root, cut_valid=cut_valid,
+                                     perm=perm, rank=rank, value_rank=value_rank,
+                                     layout_of=layout_of, **tables))
+        return SweepData(
+            **arrays,
             loss_kind=first.loss_kind,
             binary=binary,
             field_bits=field_bits,
             n_classes=first.n_channels,
             scan_dtype=np.dtype(scan_dtype).name,
         )
-        return layout.with_stats([pr.stats for pr in problems], count_base=count_base,
-                                 host_perm=host_perm)
-
-    def with_stats(self, stats: list[np.ndarray], layout_of=None, count_base: int = 2,
-                   host_perm: np.ndarray | None = None) -> SweepData:
-        """The same layouts with other per-sample stat vectors, one `(n, C)` per problem.
-
-        Used for subsets (zero stats outside): when the number of problems is kept,
-        shapes and dtypes are too, so the compiled kernels are reused. `layout_of`:
-        the layout of each new problem (default: as before). `host_perm`: a host copy
-        of `self.perm`, when the caller has one (saves a device-to-host copy).
-        """
-        n_pad = self.length
-        layout_of = np.asarray(self.layout_of if layout_of is None else layout_of, np.int32)
-        # Bucketed problem counts share compiled kernels; padding problems stay zero.
-        bucket = count_bucket(len(stats), count_base) if len(stats) > 1 else 1
-        layout_of = np.concatenate([layout_of[: len(stats)],
-                                    np.zeros(bucket - len(stats), np.int32)])
-        perm_all = np.asarray(self.perm) if host_perm is None else host_perm
-        # All problems at once: stats padded with zero samples (as the layouts are);
-        # the padding problems of the bucket are zeros throughout.
-        count, C = len(stats), stats[0].shape[1]
-        st = np.zeros((count, n_pad, C), dtype=stats[0].dtype)
-        for i, one in enumerate(stats):
-            st[i, : len(one)] = one
-        if self.binary:
-            scan = st[..., 1:2] - st[..., 0:1]
-        elif self.loss_kind == "sse":
-            scan = st[..., :-1]
-        else:
-            scan = st
-        if self.field_bits:
-            scan = pack_counts(scan.astype(np.int64).reshape(-1, scan.shape[-1]),
-                               self.field_bits).reshape(count, n_pad, -1)
-        scan = scan.astype(self.scan_dtype)
-        perm = perm_all[layout_of[:count]]  # (count, p, n_pad)
-        p = perm.shape[1]
-        # One flat take per array (much faster than a two-array fancy index).
-        flat = (perm + (np.arange(count) * n_pad)[:, None, None]).reshape(-1)
-
-        def in_order(a):  # (count, n_pad, k) -> (count, p, n_pad, k)
-            return np.take(a.reshape(count * n_pad, -1), flat, axis=0).reshape(
-                count, p, n_pad, -1)
-
-        def cumulative(a):  # (count, p, n_pad, k) -> (bucket, p, n_pad + 1, k)
-            out = np.zeros((bucket, p, n_pad + 1, a.shape[-1]), dtype=a.dtype)
-            np.cumsum(a, axis=2, dtype=a.dtype, out=out[:count, :, 1:])
-            return out
-
-        def padded(a):
-            return np.concatenate([a, np.zeros((bucket - count, *a.shape[1:]), a.dtype)])
-        sorted_scan = in_order(scan)
-        stacked = {"sorted_scan": padded(sorted_scan), "full_scan": cumulative(sorted_scan),
-                   "root_cum": cumulative(in_order(st)), "scan": padded(scan)}
-        stacked = jax.device_put(stacked)
-        return dataclasses.replace(self, layout_of=jax.device_put(layout_of), **stacked)
 
     @property
     def length(self) -> int:
         return int(self.perm.shape[-1])
+
+
+def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, bucket: int, *, binary: bool,
+                 loss_kind: str, field_bits: int, scan_dtype) -> dict[str, np.ndarray]:
+    """Host stat tables of `SweepData` for problems whose orders are `perm` `(P, p, n_pad)`.
+
+    Built for all problems at once (stats padded with zero samples, as the layouts
+    are), then padded with all-zero problems up to `bucket`.
+    """
+    count, p, n_pad = perm.shape
+    C = stats[0].shape[1]
+    st = np.zeros((count, n_pad, C), dtype=stats[0].dtype)
+    for i, one in enumerate(stats):
+        st[i, : len(one)] = one
+    if binary:
+        scan = st[..., 1:2] - st[..., 0:1]
+    elif loss_kind == "sse":
+        scan = st[..., :-1]
+    else:
+        scan = st
+    if field_bits:
+        scan = pack_counts(scan.astype(np.int64).reshape(-1, scan.shape[-1]),
+                           field_bits).reshape(count, n_pad, -1)
+    scan = scan.astype(scan_dtype)
+    # One flat take per array (much faster than a two-array fancy index).
+    flat = (perm + (np.arange(count) * n_pad)[:, None, None]).reshape(-1)
+
+    def in_order(a):  # (count, n_pad, k) -> (count, p, n_pad, k)
+        return np.take(a.reshape(count * n_pad, -1), flat, axis=0).reshape(
+            count, p, n_pad, -1)
+
+    def cumulative(a):  # (count, p, n_pad, k) -> (bucket, p, n_pad + 1, k)
+        out = np.zeros((bucket, p, n_pad + 1, a.shape[-1]), dtype=a.dtype)
+        np.cumsum(a, axis=2, dtype=a.dtype, out=out[:count, :, 1:])
+        return out
+
+    def padded(a):
+        return np.concatenate([a, np.zeros((bucket - count, *a.shape[1:]), a.dtype)])
+
+    sorted_scan = in_order(scan)
+    return {"sorted_scan": padded(sorted_scan), "full_scan": cumulative(sorted_scan),
+            "root_cum": cumulative(in_order(st)), "scan": padded(scan)}
 
 
 def packing_bits(total: int) -> int:

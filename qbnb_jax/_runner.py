@@ -95,19 +95,6 @@ class KernelRunner:
         leaves = jax.tree_util.tree_leaves(data)
         return data.loss_kind, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves)
 
-    def for_subset(self, problem: Problem) -> KernelRunner:
-        """A runner for `problem.restrict(...)` of this runner's problem.
-
-        Shares the layout arrays and the compiled kernels; counters are shared too
-        (the subset's work is part of the parent solve).
-        """
-        child = self.for_problem(self.problem_index, problem)
-        layout = np.asarray(self.data.layout_of)[self.problem_index]
-        child.data = self.data.with_stats([problem.stats], layout_of=[layout])
-        child._data_key = self._key_of(child.data)
-        child.problem_index = 0
-        return child
-
     def for_compact(self, problems: list[Problem]) -> KernelRunner:
         """A runner for `compact(...)` subsets, each laid out on its own samples.
 

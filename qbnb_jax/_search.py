@@ -22,7 +22,7 @@ ATOL = 1e-12
 
 
 class Search:
-    """Search state of one problem (or a `Problem.restrict` subset of one).
+    """Search state of one problem (or a `Problem.compact` subset of one).
 
     `cutoff` starts the search with an upper bound that no tree achieves yet: every
     tree that cannot beat it is pruned, so when none is found the optimum is proved to
