@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ._appendix import AppendixSearch
 from ._cache import enable_persistent_cache
 from ._data import make_problem
 from ._deep import DeepSearch
@@ -25,6 +26,7 @@ from ._search import Search
 from ._tree import Tree
 
 BOUNDS = ("w0", "w1", "w2", "l2")
+ROUTES = ("recursion", "appendix")
 SUPPORTED_DEPTHS = (1, 2, 3, 4)
 MAX_S = 256  # cuts per interval per iteration grow with s, and so does the work per tuple
 
@@ -65,13 +67,20 @@ class SolveResult:
         )
 
 
-def _check_options(depth, bound, s, time_limit):
+def _check_options(depth, bound, s, time_limit, route="recursion"):
     if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)):
         raise ValueError(f"depth must be an integer; got {depth!r}.")
     if depth not in SUPPORTED_DEPTHS:
         raise ValueError(f"depth={depth} is not supported: choose one of {SUPPORTED_DEPTHS}.")
     if bound not in BOUNDS:
         raise ValueError(f"Unknown bound {bound!r}: choose one of {BOUNDS}.")
+    if route not in ROUTES:
+        raise ValueError(f"Unknown route {route!r}: choose one of {ROUTES}.")
+    if route == "appendix" and (depth != 3 or bound != "w0"):
+        raise ValueError(
+            f"route='appendix' solves depth 3 with bound 'w0' only; got depth={depth}, "
+            f"bound={bound!r}."
+        )
     if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 2 <= s <= MAX_S:
         raise ValueError(f"s must be an integer from 2 to {MAX_S}; got {s!r}.")
     if time_limit is not None and not (
@@ -92,6 +101,7 @@ def solve(
     time_limit: float | None = None,
     progress: Callable[[dict], None] | None = None,
     initial_capacity: int | None = None,
+    route: str = "recursion",
 ) -> SolveResult:
     """Find a provably optimal decision tree of the given depth.
 
@@ -112,6 +122,10 @@ def solve(
       `incumbent`, `lower_bound`, `gap`, `elapsed`).
     - `initial_capacity`: tuples processed per block at first; doubles (up to 4096)
       while the frontier is larger, and larger frontiers are processed in blocks.
+    - `route`: how depth 3 is searched: `"recursion"` (default; Quant-BnB over the root
+      split with exact depth-2 sides, `_deep.py`) or `"appendix"` (the paper's
+      appendix algorithm over tuples of depth-2 tuples, `_appendix.py`; depth 3 and
+      bound `"w0"` only). Both are exact; the README compares their times.
 
     **Returns:** a `SolveResult`.
 
@@ -121,7 +135,7 @@ def solve(
         result.objective, result.tree.predict(X)
         ```
     """
-    _check_options(depth, bound, s, time_limit)
+    _check_options(depth, bound, s, time_limit, route)
     if initial_capacity is not None and (
         not isinstance(initial_capacity, (int, np.integer)) or initial_capacity < 1
     ):
@@ -137,6 +151,9 @@ def solve(
         if depth <= 2:
             search = Search(problem, **options)
             search.solve_depth1() if depth == 1 else solve_depth2([search])
+        elif route == "appendix":
+            search = AppendixSearch(problem, **options)
+            search.solve_appendix()
         else:
             search = DeepSearch(problem, depth=depth, **options)
             search.solve_deep()

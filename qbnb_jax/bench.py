@@ -13,7 +13,9 @@ For each dataset:
 
 With ``--vs contree``, pycontree's ConTree (same maximum depth, best of the same number
 of fits, timed in this process) is run on the classification datasets and its training
-misclassification count is compared with ours. With ``--check-regression``, regression
+misclassification count is compared with ours. With ``--vs appendix`` (depth 3), our
+solver's other route, the paper's appendix algorithm, is timed the same way on every
+dataset and its objective compared with ours. With ``--check-regression``, regression
 objectives at depth <= 2 are compared with an independent numpy brute force
 (``tests/regression_bruteforce.py`` of the repository).
 
@@ -69,8 +71,11 @@ def _parser() -> argparse.ArgumentParser:
                          "current directory, then to the repository root)")
     ap.add_argument("--bound", default="w0", choices=_BOUNDS,
                     help="lower bound used for pruning (default w0)")
-    ap.add_argument("--vs", default=None, choices=("contree",),
-                    help="also run a competitor: 'contree' (pycontree, classification only)")
+    ap.add_argument("--route", default="recursion", choices=("recursion", "appendix"),
+                    help="depth-3 search route of our solver (default recursion)")
+    ap.add_argument("--vs", default=None, choices=("contree", "appendix"),
+                    help="also run a peer: 'contree' (pycontree, classification only) or "
+                         "'appendix' (our depth-3 appendix route, both tasks)")
     ap.add_argument("--repeat", type=int, default=3, metavar="N",
                     help="timed warm solves per dataset, the best is reported (default 3; "
                          "0 skips warm timing)")
@@ -151,8 +156,22 @@ def _solve(X, y, task: str, args) -> tuple[float, Any]:
     from . import solve
 
     t0 = time.perf_counter()
-    res = solve(X, y, task=task, depth=args.depth, bound=args.bound, time_limit=args.time_limit)
+    res = solve(X, y, task=task, depth=args.depth, bound=args.bound,
+                time_limit=args.time_limit, route=args.route)
     return time.perf_counter() - t0, res
+
+
+def _appendix(X, y, task: str, args) -> dict[str, Any]:
+    """The depth-3 appendix route as a peer: best of `--repeat` after a first solve."""
+    from . import solve
+
+    times = []
+    for _ in range(1 + max(args.repeat, 1)):
+        t0 = time.perf_counter()
+        res = solve(X, y, task=task, depth=3, time_limit=args.time_limit, route="appendix")
+        times.append(time.perf_counter() - t0)
+    return {"seconds": min(times[1:]), "objective": float(res.objective),
+            "status": res.status, "cut_elements": res.stats["cut_elements"]}
 
 
 def _summary(res: Any) -> dict[str, Any]:
@@ -200,7 +219,7 @@ def _cold_main(args) -> int:
 
 def _run_cold(name: str, root: Path, args) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "qbnb_jax.bench", "--_cold", name, "--data-dir", str(root),
-           "--depth", str(args.depth), "--bound", args.bound]
+           "--depth", str(args.depth), "--bound", args.bound, "--route", args.route]
     if args.time_limit is not None:
         cmd += ["--time-limit", repr(args.time_limit)]
     if args.jax_cache is not None:
@@ -315,6 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail("--repeat must be >= 0")
     if args.time_limit is not None and not args.time_limit > 0:
         return _fail("--time-limit must be positive")
+    if (args.route == "appendix" or args.vs == "appendix") and (args.depth != 3
+                                                                  or args.bound != "w0"):
+        return _fail("the appendix route solves --depth 3 with --bound w0 only")
 
     root = find_datasets_dir(args.data_dir)
     if root is None:
@@ -347,6 +369,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                "cache"]
     if args.vs == "contree":
         headers += ["ConTree s", "ConTree objective", "ours/ConTree (warm)", "match"]
+    if args.vs == "appendix":
+        headers += ["appendix s", "appendix objective", "appendix M cut-elements",
+                    "ours/appendix (warm)", "match"]
     if args.check_regression:
         headers += ["brute-force SSE", "rel. diff"]
     rows: list[list[str]] = []
@@ -443,6 +468,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         else f"{ours_t / ct['seconds']:.2f}")
                     row["match"] = "-" if summary is None else (
                         "yes" if abs(summary["objective"] - ct["objective"]) < 1e-6 else "NO")
+
+        if args.vs == "appendix":
+            _log(f"{name}: appendix route")
+            ap = _appendix(X, y, task, args)
+            _log(f"{name}: appendix {ap['seconds']:.3f}s objective {ap['objective']:.10g}")
+            row["appendix s"] = _fmt_s(ap["seconds"]) + (
+                "" if ap["status"] == "optimal" else " (TL)")
+            row["appendix objective"] = _fmt_obj(ap["objective"], task)
+            row["appendix M cut-elements"] = f"{ap['cut_elements'] / 1e6:.1f}"
+            row["ours/appendix (warm)"] = (
+                "-" if warm_best is None else f"{warm_best / ap['seconds']:.2f}")
+            row["match"] = "-" if summary is None else (
+                "yes" if np.isclose(summary["objective"], ap["objective"], rtol=1e-9,
+                                    atol=1e-12) else "NO")
 
         if args.check_regression:
             row["brute-force SSE"], row["rel. diff"] = "-", "-"

@@ -230,3 +230,17 @@ def test_bench_end_to_end_on_synthetic_files(tmp_path, capsys):
     assert abs(float(rows["toyr"]["rel. diff"])) < 1e-9
     assert abs(float(rows["toym"]["rel. diff"])) < 1e-9
     assert out_md.read_text().count("| toy") == 4
+
+
+def test_bench_vs_appendix_route(tmp_path, capsys):
+    root = tmp_path / "data"
+    _write_fake_root(root)
+    rc = bench.main(["--data-dir", str(root), "--depth", "3", "--no-cold", "--repeat", "1",
+                     "--vs", "appendix", "--datasets", "toyc,toyr"])
+    assert rc == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(header, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[1:]]
+    assert [row["match"] for row in rows] == ["yes", "yes"]
+    assert bench.main(["--data-dir", str(root), "--depth", "2", "--vs", "appendix"]) == 2
+    assert "appendix route" in capsys.readouterr().err

@@ -142,7 +142,8 @@ def mean_roundoff(y, w) -> float:
     return float(w.sum() * (8 * np.finfo(np.float64).eps * np.abs(Y).max()) ** 2)
 
 
-def check(task: str, depth: int, X, y, w, integral: bool, bound: str, use_estimator: bool):
+def check(task: str, depth: int, X, y, w, integral: bool, bound: str, use_estimator: bool,
+          route: str = "recursion"):
     n = X.shape[0]
     ww = np.ones(n) if w is None else w
     want = brute_force(X, y, w, task=task, depth=depth)
@@ -162,12 +163,12 @@ def check(task: str, depth: int, X, y, w, integral: bool, bound: str, use_estima
         tree = est.tree_
         pred = est.predict(X)
     else:
-        res = solve(X, y, task=task, depth=depth, sample_weight=w, bound=bound)
+        res = solve(X, y, task=task, depth=depth, sample_weight=w, bound=bound, route=route)
         objective, lower, gap, status = res.objective, res.lower_bound, res.gap, res.status
         tree = res.tree
         pred = res.classes[tree.predict(X)] if task == "classification" else tree.predict(X)
 
-    ctx = (task, depth, bound, use_estimator, objective, want, lower, gap)
+    ctx = (task, depth, bound, use_estimator, route, objective, want, lower, gap)
     assert status == "optimal", ctx
     if exact:
         assert objective == want, ctx
@@ -218,3 +219,12 @@ DEPTH3 = _depth3_supported()
 @given(data=st.data())
 def test_matches_brute_force_depth3(task, data):
     check(task, 3, *data.draw(problems(task, max_n=16), label="problem"))
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+@SETTINGS_DEEP
+@given(data=st.data())
+def test_matches_brute_force_depth3_appendix(task, data):
+    """The paper's appendix route (bound W0, the functional API only)."""
+    X, y, w, integral, _, _ = data.draw(problems(task, max_n=16), label="problem")
+    check(task, 3, X, y, w, integral, "w0", False, route="appendix")

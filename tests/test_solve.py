@@ -341,21 +341,26 @@ def test_second_solve_compiles_nothing():
         jax.monitoring.unregister_event_duration_listener(listener)
 
 
+@pytest.mark.parametrize("route", ["recursion", "appendix"])
 @pytest.mark.parametrize(
     "task,shapes", [("classification", CLS_SHAPES[:2]), ("regression", REG_SHAPES[:2])]
 )
-def test_random_depth3(task, shapes):
-    """Depth 3 against the brute force (100 problems per task, n <= 20, p <= 3, every
-    bound, weights with zeros, ties; multi-output regression via REG_SHAPES)."""
-    rng = np.random.default_rng(seed_of("d3", task))
+def test_random_depth3(task, shapes, route):
+    """Depth 3 against the brute force (100 problems per task and route, n <= 20, p <= 3,
+    every bound (the appendix route: W0, s = 2..4), weights with zeros, ties;
+    multi-output regression via REG_SHAPES)."""
+    rng = np.random.default_rng(seed_of("d3", task, route))
     for it in range(100):
         p, k = shapes[it % len(shapes)]
         n_pos = int((1, 3, 7, 15, 20)[rng.integers(0, 5)])
         P = make_case(rng, task, n_pos, p, k, n_zero=int(rng.integers(0, 21 - n_pos)))
         want = brute_force(P.X, P.y, P.w, task=task, depth=3)
-        bound = BOUNDS[it % 4]
-        res = solve(P.X, P.y, task=task, depth=3, sample_weight=P.w, bound=bound)
-        check_result(res, P, 3, want, label=f"d3 it={it} bound={bound}")
+        if route == "recursion":
+            options = dict(bound=BOUNDS[it % 4])
+        else:
+            options = dict(route=route, s=2 + it % 3)
+        res = solve(P.X, P.y, task=task, depth=3, sample_weight=P.w, **options)
+        check_result(res, P, 3, want, label=f"d3 it={it} {options}")
 
 
 @pytest.mark.parametrize("task,shape", [("classification", (2, 3)), ("regression", (2, 2))])
