@@ -176,7 +176,7 @@ class BaggedOptimalTreeClassifier(ClassifierMixin, _BaseBaggedOptimalTree):
     n_estimators : int, default=10
         Number of trees.
     max_depth : int, default=2
-        Depth of every tree (1 to 4; 3 and 4 cost much more).
+        Depth of every tree (1 to 8; 3 and deeper cost much more).
     max_samples : int, float or None, default=None
         Samples drawn for each tree: None draws as many as there are (distinct)
         training samples, an int that many, a float in (0, 1] that fraction of them.
@@ -311,7 +311,7 @@ class BaggedOptimalTreeRegressor(RegressorMixin, _BaseBaggedOptimalTree):
     n_estimators : int, default=10
         Number of trees.
     max_depth : int, default=2
-        Depth of every tree (1 to 4; 3 and 4 cost much more).
+        Depth of every tree (1 to 8; 3 and deeper cost much more).
     max_samples : int, float or None, default=None
         Samples drawn for each tree: None draws as many as there are (distinct)
         training samples, an int that many, a float in (0, 1] that fraction of them.
@@ -505,7 +505,7 @@ def select_depth(
     **Arguments:**
 
     - `X`, `y`, `task`: as for `solve`.
-    - `depths`: the depths to compare (each 1 to 4, distinct).
+    - `depths`: the depths to compare (each 1 to 8, distinct).
     - `cv`: number of folds, from 2 to the number of samples with positive weight.
       Folds are stratified by class for classification.
     - `random_state`: seeds the fold assignment (None: fresh randomness).

@@ -27,7 +27,9 @@ from ._tree import Tree
 
 BOUNDS = ("w0", "w1", "w2", "l2")
 ROUTES = ("recursion", "appendix")
-SUPPORTED_DEPTHS = (1, 2, 3, 4)
+# Depth 3 and deeper recurse over the root split (`_deep.py`); each level multiplies
+# the work, so beyond 4 only small problems finish in reasonable time.
+SUPPORTED_DEPTHS = tuple(range(1, 9))
 MAX_S = 256  # cuts per interval per iteration grow with s, and so does the work per tuple
 
 
@@ -110,7 +112,8 @@ def solve(
     - `X`: features, `(n, p)`, finite numbers.
     - `y`: class labels `(n,)` (any sortable values) or targets `(n,)` / `(n, m)`.
     - `task`: `"classification"` (0-1 loss) or `"regression"` (squared error).
-    - `depth`: 1, 2, 3 or 4 (3 and 4 cost much more: see `_deep.py`).
+    - `depth`: 1 to 8 (3 and deeper cost much more, each level more again: see
+      `_deep.py`).
     - `sample_weight`: non-negative weights `(n,)`; zero removes a sample.
     - `bound`: lower bound used for pruning: `"w0"` (default), `"w1"` (W1_{s'}), `"w2"`
       or `"l2"` (exhaustive), as in the paper's section 3.

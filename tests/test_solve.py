@@ -376,6 +376,18 @@ def test_random_depth4(task, shape):
         check_result(res, P, 4, want, label=f"d4 it={it}")
 
 
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_random_depth5(task):
+    """Depth 5 (the recursion applied three times) against the brute force, n <= 8."""
+    rng = np.random.default_rng(seed_of("d5", task))
+    for it in range(3):
+        P = make_case(rng, task, int((4, 8)[it % 2]), 2, 3 if task == "classification" else 1,
+                      n_zero=int(rng.integers(0, 3)))
+        want = brute_force(P.X, P.y, P.w, task=task, depth=5)
+        res = solve(P.X, P.y, task=task, depth=5, sample_weight=P.w)
+        check_result(res, P, 5, want, label=f"d5 it={it}")
+
+
 
 def test_blocked_full_sweep_matches_brute_force(monkeypatch):
     """The block-by-block sweep of large n, forced onto small problems."""
