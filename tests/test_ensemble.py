@@ -265,7 +265,7 @@ def test_max_samples_above_n_is_fine_with_bootstrap(monkeypatch):
         ({"cv": 2.0}, "cv must be an integer"),
         ({"task": "ranking"}, "Unknown task 'ranking'"),
         ({"depths": ()}, "depths is empty"),
-        ({"depths": (1, 5)}, "depths must hold depths"),
+        ({"depths": (1, 9)}, "depths must hold depths"),
         ({"depths": (2, 2)}, "depths must be distinct"),
     ],
 )
