@@ -40,6 +40,7 @@ from ._search import RTOL, Search
 LEFT, RIGHT = 0, 1
 SMALL_SIDE = 2048  # subsets up to this size share a kernel batch whatever their sizes
 LAYOUT_BYTES = 1 << 27  # presorted layouts (p * p * n int32 per subset) per batch
+ENTRY_BLOCK_ELEMENTS = 1 << 21  # entries x pieces x sub-pieces x p pruned at once
 
 
 def cut_points(a: np.ndarray, b: np.ndarray, s: int):
@@ -155,31 +156,19 @@ class AppendixSearch(Search):
         self.upper_bounds(rf0, rcuts, v_side, group, v_entry, v_cut, pe, pc, ef1, ecuts,
                           PRE, SUF)
 
-        # Step 2: entry sub-pieces per root piece, (E, root piece, sub-piece, p).
-        left = (es == LEFT)[:, None]
-        set_cut = np.where(left, rplo[er], rphi[er])  # the smaller set of the piece
-        big_cut = np.where(left, rphi[er], rplo[er])  # the larger set
-        pair = pair_of[np.arange(E)[:, None], set_cut]  # (E, K root pieces)
-        pair = np.maximum(pair, 0)  # invalid pieces are masked below
-        A = PRE[pair[:, :, None], eplo[:, None, :]]  # (E, K, K, p)
-        B = SUF[pair[:, :, None], ephi[:, None, :]]
-        v_cap = v_side[er[:, None], big_cut, es[:, None]]  # (E, K)
-        w_other = w_side[er[:, None], big_cut, 1 - es[:, None]]
-        min_a, min_b = A.min(axis=3), B.min(axis=3)  # (E, K, K)
-        keep_a = Fa[:, None, None, :] & self.at_most(A + min_b[..., None], v_cap[..., None, None])
-        keep_b = Fb[:, None, None, :] & self.at_most(B + min_a[..., None], v_cap[..., None, None])
-        keep_a &= self.can_improve(A + min_b[..., None] + w_other[..., None, None])
-        keep_b &= self.can_improve(B + min_a[..., None] + w_other[..., None, None])
-        alive = (rpvalid[er][:, :, None] & epvalid[:, None, :]
-                 & keep_a.any(axis=3) & keep_b.any(axis=3))
-        w_kept = (np.where(keep_a, A, np.inf).min(axis=3)
-                  + np.where(keep_b, B, np.inf).min(axis=3))  # (E, K, K)
+        # Step 2: entry sub-pieces per root piece, in blocks of entries (the arrays are
+        # (entries, root piece, sub-piece, p)); only the survivors are kept.
+        block = max(1, ENTRY_BLOCK_ELEMENTS // (K * K * Fa.shape[1]))
+        kept = [self.prune_entries(np.arange(e0, min(E, e0 + block)), er, es, rplo, rphi,
+                                   rpvalid, eplo, ephi, epvalid, pair_of, PRE, SUF, v_side,
+                                   w_side, Fa, Fb)
+                for e0 in range(0, max(E, 1), block)]
+        ei, ri, di, keep_a, keep_b, w_alive = (np.concatenate(x) for x in zip(*kept))
 
         # A root piece lives while both sides keep an entry; its bound is the least
         # W0 on each side.
         piece_w = np.full((R, K, 2), np.inf)
-        ei, ri, di = np.nonzero(alive)
-        np.minimum.at(piece_w, (er[ei], ri, es[ei]), w_kept[ei, ri, di])
+        np.minimum.at(piece_w, (er[ei], ri, es[ei]), w_alive)
         piece_lb = piece_w.sum(axis=2)
         piece_alive = rpvalid & np.isfinite(piece_lb) & self.can_improve(piece_lb)
         # A root singleton whose entries are all singletons was evaluated in step 1.
@@ -193,11 +182,39 @@ class AppendixSearch(Search):
         new_id[tr, tj] = np.arange(len(tr))
         tuples = (rf0[tr], rcuts[tr, rplo[tr, tj]], rcuts[tr, rphi[tr, tj]], piece_lb[tr, tj])
         child = new_id[er[ei], ri] >= 0
-        ei, ri, di = ei[child], ri[child], di[child]
+        ei, ri, di, keep_a, keep_b = ei[child], ri[child], di[child], keep_a[child], keep_b[child]
         entries = (new_id[er[ei], ri], es[ei], ef1[ei], ecuts[ei, eplo[ei, di]],
-                   ecuts[ei, ephi[ei, di]], keep_a[ei, ri, di], keep_b[ei, ri, di])
+                   ecuts[ei, ephi[ei, di]], keep_a, keep_b)
         order = np.argsort(entries[0], kind="stable")  # entries grouped by tuple
         return tuples, tuple(x[order] for x in entries)
+
+    def prune_entries(self, e, er, es, rplo, rphi, rpvalid, eplo, ephi, epvalid, pair_of,
+                      PRE, SUF, v_side, w_side, Fa, Fb):
+        """Proposition pruning-d=3 for entries `e`: the sub-pieces kept per root piece.
+
+        Returns `(entry, root piece, sub-piece, F_a, F_b, W0)` of the kept ones.
+        """
+        r, side = er[e], es[e]
+        left = (side == LEFT)[:, None]
+        set_cut = np.where(left, rplo[r], rphi[r])  # the smaller set of the piece
+        big_cut = np.where(left, rphi[r], rplo[r])  # the larger set
+        pair = np.maximum(pair_of[e[:, None], set_cut], 0)  # invalid pieces masked below
+        A = PRE[pair[:, :, None], eplo[e][:, None, :]]  # (entries, K, K, p)
+        B = SUF[pair[:, :, None], ephi[e][:, None, :]]
+        v_cap = v_side[r[:, None], big_cut, side[:, None]][..., None, None]
+        w_other = w_side[r[:, None], big_cut, 1 - side[:, None]][..., None, None]
+        min_a, min_b = A.min(axis=3), B.min(axis=3)
+        with_b, with_a = A + min_b[..., None], B + min_a[..., None]
+        keep_a = (Fa[e][:, None, None, :] & self.at_most(with_b, v_cap)
+                  & self.can_improve(with_b + w_other))
+        keep_b = (Fb[e][:, None, None, :] & self.at_most(with_a, v_cap)
+                  & self.can_improve(with_a + w_other))
+        alive = (rpvalid[r][:, :, None] & epvalid[e][:, None, :]
+                 & keep_a.any(axis=3) & keep_b.any(axis=3))
+        i, ri, di = np.nonzero(alive)
+        w_kept = (np.where(keep_a[i, ri, di], A[i, ri, di], np.inf).min(axis=1)
+                  + np.where(keep_b[i, ri, di], B[i, ri, di], np.inf).min(axis=1))
+        return e[i], ri, di, keep_a[i, ri, di], keep_b[i, ri, di], w_kept
 
     def sweep_pairs(self, keys, subset_of_pair, pe, ef1, ecuts, Fa, Fb):
         """Best stumps of each pair's child features on both sides of its entry cuts.

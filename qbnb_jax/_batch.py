@@ -8,7 +8,7 @@ numpy calls and one kernel call per kind for all problems, rows tagged with thei
 problem.
 
 A reweighted problem numbers its thresholds as a solve of that weighted problem alone
-does (`Problem.reweight`), so each search takes the same path as `solve` would and
+does (`Problem.reweighted`), so each search takes the same path as `solve` would and
 returns the same tree.
 """
 
@@ -80,7 +80,7 @@ def solve_batch(
                    start=start)
     if task == "classification" and integral:
         # Integer counts are exact in any order: one shared layout for every problem.
-        problems = [base.reweight(w, integral) for w, _ in checked]
+        problems = base.reweighted(np.stack([w for w, _ in checked]))
         return _solve_problems([base], problems, [0] * len(problems), **options)
     # Float sums depend on the order of the samples summed, zero-weight ones included;
     # to take solve()'s exact path (and tie-breaks) each problem gets the layout of its

@@ -28,6 +28,7 @@ import functools
 
 import numpy as np
 
+from ._host import stumps_of_all_shared
 from ._runner import KernelRunner
 from ._search import RTOL, Search
 
@@ -231,6 +232,11 @@ class Depth2Search:
         same kernel the search uses; only the winning stumps are rebuilt on the host.
         """
         P, p = len(self.searches), self.p
+        problems = [search.problem for search in self.searches]
+        if P > 1 and all(pr.perm is problems[0].perm for pr in problems):
+            losses, positions = stumps_of_all_shared(problems)  # a batch of weightings
+            for q, search in enumerate(self.searches):
+                search.set_stump_of_all(losses[q], positions[q])
         stumps = [search.stump_of_all() for search in self.searches]
         self.stump_all = np.stack([losses for losses, _ in stumps])  # (P, p)
         root = np.array([int(np.argmin(losses)) for losses, _ in stumps])

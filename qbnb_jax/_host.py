@@ -68,6 +68,41 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
     return losses, positions
 
 
+def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarray]:
+    """`stump_losses(pr, all samples)` of problems sharing one layout (one `perm`).
+
+    As `[stump_losses(pr, everyone) for pr in problems]` stacked into `(P, p)` losses
+    and positions, with the same arithmetic and tie-breaks, computed for blocks of
+    problems at once (a bootstrap batch has thousands of them).
+    """
+    first = problems[0]
+    perm, (n, C) = first.perm, first.stats.shape
+    binary = first.loss_kind != "sse" and C == 2
+    losses = np.empty((len(problems), first.p))
+    positions = np.empty((len(problems), first.p), dtype=np.int64)
+    block = max(1, (1 << 22) // max(1, n * first.p * (1 if binary else C)))
+    for b0 in range(0, len(problems), block):
+        group = problems[b0 : b0 + block]
+        stats = np.stack([pr.stats for pr in group])  # (B, n, C)
+        if binary:
+            signed = (stats[..., 1] - stats[..., 0]).astype(np.float64)
+            d = np.zeros((len(group), first.p, n + 1))
+            np.cumsum(signed[:, perm], axis=2, out=d[..., 1:])
+            total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
+            loss = (total - np.abs(d) - np.abs(d[..., -1:] - d)) / 2.0
+        else:
+            cum = np.zeros((len(group), first.p, n + 1, C))
+            np.cumsum(stats.astype(np.float64)[:, perm], axis=2, out=cum[:, :, 1:])
+            loss = leaf_loss_np(cum, first.loss_kind) + leaf_loss_np(
+                cum[:, :, -1:] - cum, first.loss_kind)
+        valid = np.stack([pr.cut_valid for pr in group])
+        loss = np.where(valid, loss, np.inf)
+        at = np.argmin(loss, axis=2)
+        positions[b0 : b0 + len(group)] = at
+        losses[b0 : b0 + len(group)] = np.take_along_axis(loss, at[..., None], axis=2)[..., 0]
+    return losses, positions
+
+
 def best_stump(problem: Problem, mask: np.ndarray, features=None) -> tuple[float, int, int]:
     """Best stump of the samples in `mask`: `(loss, feature, position)`.
 

@@ -102,6 +102,10 @@ class Search:
             self._stump_of_all = stump_losses(self.problem, everyone)
         return self._stump_of_all
 
+    def set_stump_of_all(self, losses: np.ndarray, positions: np.ndarray) -> None:
+        """Provide `stump_of_all` computed elsewhere (for many problems at once)."""
+        self._stump_of_all = (losses, positions)
+
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qbnb_jax import solve
+from qbnb_jax import _appendix, solve
 from qbnb_jax._appendix import cut_points
 
 
-def test_routes_agree_on_a_larger_problem():
+@pytest.mark.parametrize("entry_block", [None, 50])  # whole, and pruned in many blocks
+def test_routes_agree_on_a_larger_problem(entry_block, monkeypatch):
+    if entry_block is not None:
+        monkeypatch.setattr(_appendix, "ENTRY_BLOCK_ELEMENTS", entry_block)
     rng = np.random.default_rng(5)
     X = np.round(rng.normal(size=(300, 4)), 2)
     y = ((X[:, 0] > 0.2) ^ (X[:, 1] * X[:, 2] > 0) ^ (rng.random(300) < 0.15)).astype(int)

@@ -1,9 +1,11 @@
-"""Host helpers checked against plain numpy."""
+"""Host helpers checked against plain numpy and their one-at-a-time versions."""
 
 import numpy as np
 import pytest
 
+from qbnb_jax._data import make_problem
 from qbnb_jax._depth2 import row_searchsorted
+from qbnb_jax._host import stump_losses, stumps_of_all_shared
 
 
 @pytest.mark.parametrize("n_rows", [1, 5, 80])  # the row-by-row path and the binary search
@@ -22,3 +24,18 @@ def test_row_searchsorted_equals_numpy(n_rows):
             want = [np.searchsorted(table[r], v, side=side) for r, v in zip(rows, values)]
             np.testing.assert_array_equal(row_searchsorted(table, rows, values, side),
                                           np.asarray(want, dtype=np.int64))
+
+
+@pytest.mark.parametrize("n_classes", [2, 4])  # the signed-count path and the general one
+def test_stumps_of_all_shared_equals_one_by_one(n_classes):
+    """The batched best stumps of reweighted problems equal `stump_losses`, ties included."""
+    rng = np.random.default_rng(n_classes)
+    X = np.round(rng.normal(size=(200, 5)), 1)  # many ties
+    y = rng.integers(0, n_classes, 200)
+    base = make_problem(X, y, task="classification")
+    problems = base.reweighted(rng.integers(0, 3, (37, 200)).astype(float))
+    losses, positions = stumps_of_all_shared(problems)
+    for q, problem in enumerate(problems):
+        want_losses, want_positions = stump_losses(problem, np.ones(problem.n, dtype=bool))
+        np.testing.assert_array_equal(losses[q], want_losses)
+        np.testing.assert_array_equal(positions[q], want_positions)
