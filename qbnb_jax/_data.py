@@ -89,30 +89,27 @@ class Problem:
         weight, numbered as a solve of that weighted problem alone numbers them
         (zero-weight rows dropped): a cut sits right after a positive sample whose
         next positive sample has a larger value. Searches on the two then take the
-        same path and return the same tree. Computed for blocks of problems at once.
+        same path and return the same tree. One problem at a time: measured, numpy
+        over blocks of problems was slower (its temporaries leave the cache).
         """
         n, p = self.n, self.p
-        x_sorted = np.take_along_axis(self.X.T, self.perm, axis=1)  # (p, n)
-        out: list[Problem] = []
-        block = max(1, (1 << 22) // max(1, n * p))  # bounded (block, p, n) temporaries
-        for b0 in range(0, len(weights), block):
-            W = weights[b0 : b0 + block]
-            positive = W[:, self.perm] > 0  # (B, p, n), each feature's order
-            index = np.where(positive, np.arange(n), n)
-            next_positive = np.minimum.accumulate(index[..., ::-1], axis=2)[..., ::-1]
-            after = next_positive[..., 1:]  # first positive sample at or after k + 1
-            ahead = np.take_along_axis(np.broadcast_to(x_sorted, positive.shape),
-                                       np.minimum(after, n - 1), axis=2)
-            cut_valid = np.zeros((len(W), p, n + 1), dtype=bool)
-            cut_valid[..., 0] = True
-            cut_valid[..., 1:n] = positive[..., :-1] & (after < n) & (ahead > x_sorted[:, :-1])
-            cut_pos, n_thresholds, weight_left = _threshold_tables_many(
-                cut_valid, self.perm, W)
-            for i, w in enumerate(W):
-                out.append(dataclasses.replace(
-                    self, stats=(self.stats * w[:, None].astype(np.int64)).astype(np.int32),
-                    cut_valid=cut_valid[i], cut_pos=cut_pos[i], n_thresholds=n_thresholds[i],
-                    weight_left=weight_left[i], weight=w))
+        x_sorted = np.take_along_axis(self.X.T, self.perm, axis=1)
+        out = []
+        for weight in weights:
+            positive = weight[self.perm] > 0  # (p, n), each feature's order
+            index = np.where(positive, np.arange(n)[None, :], n)
+            next_positive = np.minimum.accumulate(index[:, ::-1], axis=1)[:, ::-1]  # at >= k
+            after = next_positive[:, 1:]  # (p, n-1): first positive sample at or after k
+            larger = (np.take_along_axis(x_sorted, np.minimum(after, n - 1), axis=1)
+                      > x_sorted[:, :-1])
+            cut_valid = np.zeros((p, n + 1), dtype=bool)
+            cut_valid[:, 0] = True
+            cut_valid[:, 1:n] = positive[:, :-1] & (after < n) & larger
+            cut_pos, n_thresholds, weight_left = _threshold_tables(cut_valid, self.perm, weight)
+            out.append(dataclasses.replace(
+                self, stats=(self.stats * weight[:, None]).astype(np.int32),
+                cut_valid=cut_valid, cut_pos=cut_pos, n_thresholds=n_thresholds,
+                weight_left=weight_left, weight=weight))
         return out
 
 
@@ -374,22 +371,16 @@ def _threshold_tables(cut_valid: np.ndarray, perm: np.ndarray, w: np.ndarray):
     Threshold index t in 0..u(f): t=0 sends nothing left, t=u(f) everything; in
     between, the cut at the t-th valid position.
     """
-    cut_pos, n_thresholds, weight_left = _threshold_tables_many(cut_valid[None], perm, w[None])
-    return cut_pos[0], n_thresholds[0], weight_left[0]
-
-
-def _threshold_tables_many(cut_valid: np.ndarray, perm: np.ndarray, w: np.ndarray):
-    """`_threshold_tables` of B weightings of one layout: `cut_valid (B, p, n+1)`, `w (B, n)`."""
-    B, p, n1 = cut_valid.shape
-    n = n1 - 1
-    inner = cut_valid[..., 1:n]
-    cut_pos = np.full((B, p, n + 1), n, dtype=np.int32)
-    cut_pos[..., 0] = 0
-    q, f, k = np.nonzero(inner)
-    slot = np.cumsum(inner, axis=2, dtype=np.int32)[q, f, k]  # 1-based rank of the cut
-    cut_pos[q, f, slot] = k + 1
-    n_thresholds = inner.sum(axis=2, dtype=np.int32) + 1  # u(f) = distinct values
-    cum_weight = np.zeros((B, p, n + 1))
-    np.cumsum(w[:, perm], axis=2, out=cum_weight[..., 1:])  # in each feature's order
-    weight_left = np.take_along_axis(cum_weight, cut_pos, axis=2)
+    p, n = perm.shape
+    cut_pos = np.full((p, n + 1), n, dtype=np.int32)
+    n_thresholds = np.empty(p, dtype=np.int32)
+    for f in range(p):
+        inner = np.nonzero(cut_valid[f, 1:n])[0] + 1
+        cut_pos[f, 0] = 0
+        cut_pos[f, 1 : 1 + len(inner)] = inner
+        n_thresholds[f] = len(inner) + 1  # u(f) = distinct values
+    cum_weight = np.concatenate(
+        [np.zeros((p, 1)), np.cumsum(w[perm], axis=1)], axis=1
+    )  # (p, n+1) in each feature's order
+    weight_left = np.take_along_axis(cum_weight, cut_pos, axis=1)
     return cut_pos, n_thresholds, weight_left
