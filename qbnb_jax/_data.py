@@ -38,7 +38,8 @@ class Problem:
     cut_valid: np.ndarray  # bool (p, n+1): a threshold may fall before sorted position k
     cut_pos: np.ndarray  # int32 (p, n+1): threshold index t -> samples left of it
     n_thresholds: np.ndarray  # int32 (p,): u(f); threshold indices run 0..u(f)
-    weight_left: np.ndarray  # float64 (p, n+1): training weight left of threshold index t
+    # float64 (p, n+1): summed `sample_slack` of the samples left of threshold index t
+    slack_left: np.ndarray
     classes: np.ndarray | None
     y_offset: np.ndarray | None  # regression: the weighted mean removed from y
     y: np.ndarray  # encoded labels (n,) or centred targets (n, m)
@@ -72,13 +73,13 @@ class Problem:
         perm = new_id[kept]
         vr = self.value_rank[np.arange(p)[:, None], kept]
         w = self.weight[idx]
-        rank, value_rank, cut_valid, cut_pos, n_thresholds, weight_left = _presorted(
-            perm, vr[:, 1:] != vr[:, :-1], w
+        rank, value_rank, cut_valid, cut_pos, n_thresholds, slack_left = _presorted(
+            perm, vr[:, 1:] != vr[:, :-1], sample_slack(self.task, self.y[idx], w)
         )
         return dataclasses.replace(
             self, X=self.X[idx], stats=self.stats[idx], perm=perm, rank=rank,
             value_rank=value_rank, cut_valid=cut_valid, cut_pos=cut_pos,
-            n_thresholds=n_thresholds, weight_left=weight_left, y=self.y[idx], weight=w,
+            n_thresholds=n_thresholds, slack_left=slack_left, y=self.y[idx], weight=w,
         )
 
     def reweighted(self, weights: np.ndarray) -> list[Problem]:
@@ -105,11 +106,11 @@ class Problem:
             cut_valid = np.zeros((p, n + 1), dtype=bool)
             cut_valid[:, 0] = True
             cut_valid[:, 1:n] = positive[:, :-1] & (after < n) & larger
-            cut_pos, n_thresholds, weight_left = _threshold_tables(cut_valid, self.perm, weight)
+            cut_pos, n_thresholds, slack_left = _threshold_tables(cut_valid, self.perm, weight)
             out.append(dataclasses.replace(
                 self, stats=(self.stats * weight[:, None]).astype(np.int32),
                 cut_valid=cut_valid, cut_pos=cut_pos, n_thresholds=n_thresholds,
-                weight_left=weight_left, weight=weight))
+                slack_left=slack_left, weight=weight))
         return out
 
 
@@ -292,8 +293,8 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
     perm = np.argsort(X, axis=0, kind="stable").T.astype(np.int32)  # (p, n)
     x_sorted = np.take_along_axis(X.T, perm, axis=1)  # (p, n)
     changes = x_sorted[:, 1:] > x_sorted[:, :-1]  # (p, n-1)
-    rank, value_rank, cut_valid, cut_pos, n_thresholds, weight_left = _presorted(
-        perm, changes, w
+    rank, value_rank, cut_valid, cut_pos, n_thresholds, slack_left = _presorted(
+        perm, changes, sample_slack(task, y_enc, w)
     )
     return Problem(
         task=task,
@@ -306,7 +307,7 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
         cut_valid=cut_valid,
         cut_pos=cut_pos,
         n_thresholds=n_thresholds,
-        weight_left=weight_left,
+        slack_left=slack_left,
         classes=classes,
         y_offset=offset,
         y=y_enc,
@@ -343,11 +344,29 @@ def _centred_sse_stats(y: np.ndarray, w: np.ndarray):
     return y, offset, stats
 
 
-def _presorted(perm: np.ndarray, changes: np.ndarray, w: np.ndarray):
+def sample_slack(task: str, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """`(n,)`: how much adding each sample to any set can raise its best loss, at most.
+
+    The best tree of a set plus sample i is no worse than the set's best tree with i
+    added to the leaf it reaches, which costs at most: classification, its weight;
+    squared error, `w_i W / (W + w_i) |y_i - mu|^2 <= w_i |y_i - mu|^2` for a leaf of
+    weight W and mean mu, and mu lies in the targets' bounding box, so at most w_i
+    times the largest squared distance from y_i to a corner of the box. Summed over
+    the samples that change sides when a cut moves, this bounds how much each side's
+    best loss can change (the slack bound of `_depth2.py` and `_deep.py`).
+    """
+    if task == "classification" or len(w) == 0:
+        return w
+    lo, hi = y.min(axis=0), y.max(axis=0)
+    return w * np.maximum((y - lo) ** 2, (y - hi) ** 2).sum(axis=1)
+
+
+def _presorted(perm: np.ndarray, changes: np.ndarray, slack: np.ndarray):
     """Orders and threshold tables from each feature's sorted order `perm` `(p, n)`.
 
-    `changes[f, k]`: the (k+1)-th sample of f's order has a larger value than the k-th.
-    Returns `(rank, value_rank, cut_valid, cut_pos, n_thresholds, weight_left)`.
+    `changes[f, k]`: the (k+1)-th sample of f's order has a larger value than the k-th;
+    `slack`: `sample_slack` of each sample.
+    Returns `(rank, value_rank, cut_valid, cut_pos, n_thresholds, slack_left)`.
     """
     p, n = perm.shape
     rank = np.empty_like(perm)
@@ -361,12 +380,12 @@ def _presorted(perm: np.ndarray, changes: np.ndarray, w: np.ndarray):
     )
     value_rank = np.empty_like(perm)
     value_rank[rows, perm] = dense_sorted
-    cut_pos, n_thresholds, weight_left = _threshold_tables(cut_valid, perm, w)
-    return rank, value_rank, cut_valid, cut_pos, n_thresholds, weight_left
+    cut_pos, n_thresholds, slack_left = _threshold_tables(cut_valid, perm, slack)
+    return rank, value_rank, cut_valid, cut_pos, n_thresholds, slack_left
 
 
 def _threshold_tables(cut_valid: np.ndarray, perm: np.ndarray, w: np.ndarray):
-    """`(cut_pos, n_thresholds, weight_left)` from the valid cuts `(p, n+1)`.
+    """`(cut_pos, n_thresholds, left sums of w)` from the valid cuts `(p, n+1)`.
 
     Threshold index t in 0..u(f): t=0 sends nothing left, t=u(f) everything; in
     between, the cut at the t-th valid position.
@@ -382,5 +401,4 @@ def _threshold_tables(cut_valid: np.ndarray, perm: np.ndarray, w: np.ndarray):
     cum_weight = np.concatenate(
         [np.zeros((p, 1)), np.cumsum(w[perm], axis=1)], axis=1
     )  # (p, n+1) in each feature's order
-    weight_left = np.take_along_axis(cum_weight, cut_pos, axis=1)
-    return cut_pos, n_thresholds, weight_left
+    return cut_pos, n_thresholds, np.take_along_axis(cum_weight, cut_pos, axis=1)

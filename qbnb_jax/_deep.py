@@ -5,8 +5,10 @@ the root splits on f0 at a threshold in [a, b], and each side is any depth-(d-1)
 tree. For the root cuts t_j of a tuple we solve both sides exactly, `P(t_j)` for the
 samples left of t_j and `S(t_j)` for those right of it; every tree with root cut t_j
 is then evaluated. Between two cuts, super-additivity bounds any root cut t by
-`P(t_{j-1}) + S(t_j)` (sides only grow), and for classification the slack argument
-adds `P(t_j) + S(t_{j-1}) - W` (moving weight W changes a side by at most W).
+`P(t_{j-1}) + S(t_j)` (sides only grow), and the slack argument adds
+`P(t_j) + S(t_{j-1}) - W`: moving samples of total slack W (`_data.sample_slack`: their
+weight for classification, a bound from the targets' range for squared error)
+changes a side by at most W.
 
 The cuts of an iteration fall strictly inside a tuple: its ends were solved before
 (or are the trivial cuts 0 and u(f0)), and what is carried of them are bounds, so s
@@ -110,9 +112,9 @@ class DeepSearch(Search):
 
         # A tuple is (f0, [lo, hi]): root cuts at threshold indices lo..hi, between two
         # ends lo - 1 and hi + 1 where bounds of both sides are known: P(t) >= p_lo,
-        # S(t) >= s_hi (a side only grows as it widens) and, for classification,
-        # S(t) >= s_lo - w(lo - 1, t), P(t) >= p_hi - w(t, hi + 1) (moving weight w
-        # changes a side by at most w). At the start the ends are 0 (an empty side and
+        # S(t) >= s_hi (a side only grows as it widens) and S(t) >= s_lo - c(lo - 1, t),
+        # P(t) >= p_hi - c(t, hi + 1) (moving samples of slack c changes a side by at
+        # most c). At the start the ends are 0 (an empty side and
         # all samples) and u(f0) (the reverse), both known without a solve.
         u = problem.n_thresholds.astype(np.int64)
         keep = u >= 2  # a constant feature has no cut inside
@@ -252,22 +254,20 @@ class DeepSearch(Search):
         `cuts` starts and ends with the tuple's ends, whose values are bounds.
         """
         problem = self.problem
-        classification = problem.task == "classification"
         pa, pb = P[:-1], P[1:]
         sa, sb = S[:-1], S[1:]
         piece_lo, piece_hi = cuts[:-1], cuts[1:]
         piece_lb = pa + sb
         child_lo, child_hi = piece_lo + 1, piece_hi - 1  # the cuts themselves are done
-        weight_left = problem.weight_left[f0]
-        if classification:
-            width = weight_left[piece_hi] - weight_left[piece_lo]
-            piece_lb = np.maximum(piece_lb, pb + sa - width)
+        slack_left = problem.slack_left[f0]
+        width = slack_left[piece_hi] - slack_left[piece_lo]
+        piece_lb = np.maximum(piece_lb, pb + sa - width)
         alive = (child_lo <= child_hi) & self.can_improve(piece_lb)
-        if classification and alive.any():
+        if alive.any():
             child_lo, child_hi = (
                 x[0]
                 for x in shrink_pieces(
-                    problem.weight_left[None], np.array([self.incumbent]),
+                    problem.slack_left[None], np.array([self.incumbent]),
                     lambda q: np.full(np.shape(q), self.tolerance()), np.array([self.exact]),
                     np.zeros(1, dtype=np.int64), np.array([f0]), piece_lo[None],
                     piece_hi[None], pa[None], pb[None], sa[None], sb[None], child_lo[None],
@@ -278,8 +278,8 @@ class DeepSearch(Search):
         keep = np.nonzero(alive)[0]
         child_lo, child_hi = child_lo[keep], child_hi[keep]
         pa, pb, sa, sb = pa[keep], pb[keep], sa[keep], sb[keep]
-        if classification:  # the children's ends move in from the cuts by shrinking
-            sa = sa - (weight_left[child_lo - 1] - weight_left[piece_lo[keep]])
-            pb = pb - (weight_left[piece_hi[keep]] - weight_left[child_hi + 1])
+        # the children's ends move in from the cuts by shrinking
+        sa = sa - (slack_left[child_lo - 1] - slack_left[piece_lo[keep]])
+        pb = pb - (slack_left[piece_hi[keep]] - slack_left[child_hi + 1])
         return (np.full(len(keep), f0), child_lo, child_hi, piece_lb[keep],
                 np.stack([pa, sa, pb, sb], axis=1))

@@ -91,18 +91,17 @@ class Depth2Search:
         width = max(pr.n for pr in problems) + 1
         P = len(problems)
         self.cut_pos = np.empty((P, self.p, width), dtype=np.int64)
-        self.weight_left = np.empty((P, self.p, width))
+        self.slack_left = np.empty((P, self.p, width))
         for q, pr in enumerate(problems):  # padding: "everything left", as t = u(f)
             self.cut_pos[q, :, : pr.n + 1] = pr.cut_pos
             self.cut_pos[q, :, pr.n + 1 :] = pr.n
-            self.weight_left[q, :, : pr.n + 1] = pr.weight_left
-            self.weight_left[q, :, pr.n + 1 :] = pr.weight_left[:, -1:]
+            self.slack_left[q, :, : pr.n + 1] = pr.slack_left
+            self.slack_left[q, :, pr.n + 1 :] = pr.slack_left[:, -1:]
         self.n_thresholds = np.stack([pr.n_thresholds for pr in problems]).astype(np.int64)
         self.n_of = np.array([pr.n for pr in problems])
         self.exact = np.array([search.exact for search in searches])
         self.atol = np.array([search.atol for search in searches])
         self.incumbent = np.array([search.incumbent for search in searches])
-        self.classification = problems[0].task == "classification"
         self.lower = np.full(P, -np.inf)  # proved bound per problem (set when it ends)
         if data_index is None:
             data_index = np.arange(P) if P > 1 else [runner.problem_index]
@@ -264,11 +263,12 @@ class Depth2Search:
         that were evaluated before (or are trivial): what is carried of them,
         `ends[:, :, f]` = (P_lo, S_lo, P_hi, S_hi), are lower bounds such that every
         root cut t of the tuple has `L1(prefix_t, f) >= P_lo` and `L1(suffix_t, f) >=
-        S_hi` (sides only grow) and, for classification, `L1(suffix_t, f) >= S_lo -
-        w(lo - 1, t)` and `L1(prefix_t, f) >= P_hi - w(t, hi + 1)` (moving weight w
-        changes a best stump by at most w). So the s + 1 swept cuts all fall inside
-        and make s + 2 pieces; W0 and the W1/W2 windows stay valid at the ends by
-        super-additivity (the end's set is a subset of the piece's prefix).
+        S_hi` (sides only grow) and `L1(suffix_t, f) >= S_lo - c(lo - 1, t)` and
+        `L1(prefix_t, f) >= P_hi - c(t, hi + 1)`, with c the summed `sample_slack` of
+        the samples that change sides (their weight, for classification). So the
+        s + 1 swept cuts all fall inside and make s + 2 pieces; W0 and the W1/W2
+        windows stay valid at the ends by super-additivity (the end's set is a subset
+        of the piece's prefix).
         """
         s = self.s
         T, p = F1.shape
@@ -302,7 +302,7 @@ class Depth2Search:
         piece_lo, piece_hi = cuts[:, :-1], cuts[:, 1:]
         alive = (piece_hi - piece_lo >= 2) & keep1.any(axis=2) & keep2.any(axis=2)
         child_lo, child_hi = piece_lo + 1, piece_hi - 1  # the cuts themselves are done
-        if self.classification and alive.any():
+        if alive.any():
             keep1, keep2, piece_lb, child_lo, child_hi = self.slack(
                 pr, f0, P, S, piece_lo, piece_hi, keep1, keep2, piece_lb, child_lo, child_hi,
                 alive,
@@ -317,12 +317,12 @@ class Depth2Search:
         child_lo, child_hi = child_lo[ti, tj], child_hi[ti, tj]
         pa, sa = P[ti, tj], S[ti, tj]  # (children, p)
         pb, sb = P[ti, tj + 1], S[ti, tj + 1]
-        if self.classification:  # the children's ends moved in from the cuts
-            wl = self.weight_left[pr[ti], f0[ti]]
-            sa = sa - (np.take_along_axis(wl, child_lo[:, None] - 1, 1)
-                       - np.take_along_axis(wl, piece_lo[ti, tj][:, None], 1))
-            pb = pb - (np.take_along_axis(wl, piece_hi[ti, tj][:, None], 1)
-                       - np.take_along_axis(wl, child_hi[:, None] + 1, 1))
+        # the children's ends moved in from the cuts
+        wl = self.slack_left[pr[ti], f0[ti]]
+        sa = sa - (np.take_along_axis(wl, child_lo[:, None] - 1, 1)
+                   - np.take_along_axis(wl, piece_lo[ti, tj][:, None], 1))
+        pb = pb - (np.take_along_axis(wl, piece_hi[ti, tj][:, None], 1)
+                   - np.take_along_axis(wl, child_hi[:, None] + 1, 1))
         return (
             pr[ti],
             f0[ti],
@@ -355,19 +355,21 @@ class Depth2Search:
 
     def slack(self, pr, f0, P, S, piece_lo, piece_hi, keep1, keep2, piece_lb, child_lo,
               child_hi, alive):
-        """Classification only: bounds from moving a cut by a few samples (DESIGN.md 3).
+        """Bounds from moving a cut by a few samples (DESIGN.md 3).
 
-        Moving the root cut so that samples of total weight x change sides changes
-        each side's best-stump loss by at most x. For a root cut inside a piece whose
-        samples weigh W, with x the weight between t_{j-1} and the cut:
+        Moving the root cut so that samples of total slack x change sides changes
+        each side's best-stump loss by at most x (`_data.sample_slack`: for
+        classification the slack is the weight, for squared error a bound from the
+        targets' range). For a root cut inside a piece whose samples' slack is W, with
+        x the slack between t_{j-1} and the cut:
         `P(t) >= max(P_a, P_b - (W - x))` and `S(t) >= max(S_b, S_a - x)`. Minimised
         over x this gives the pair bound `max(P_a + S_b, P_b + S_a - W)`; the x where
         it can still beat the incumbent form an interval, which shrinks the piece.
         """
         pa, pb = P[:, :-1, :], P[:, 1:, :]  # (T, s, p)
         sa, sb = S[:, :-1, :], S[:, 1:, :]
-        w_left = self.weight_left[pr[:, None], f0[:, None], piece_lo]
-        width = self.weight_left[pr[:, None], f0[:, None], piece_hi] - w_left  # (T, s)
+        w_left = self.slack_left[pr[:, None], f0[:, None], piece_lo]
+        width = self.slack_left[pr[:, None], f0[:, None], piece_hi] - w_left  # (T, s)
         keep1, keep2, piece_lb = keep1.copy(), keep2.copy(), piece_lb.copy()
         ti, tj = np.nonzero(alive)
         block = max(1, (1 << 22) // (keep1.shape[2] ** 2))
@@ -395,14 +397,14 @@ class Depth2Search:
         return keep1, keep2, piece_lb, child_lo, child_hi
 
     def shrink(self, pr, f0, piece_lo, piece_hi, pa, pb, sa, sb, child_lo, child_hi, alive):
-        """Classification: narrow each piece to the root cuts that can still win.
+        """Narrow each piece to the root cuts that can still win.
 
-        With x the weight between t_{j-1} and a root cut inside the piece (of weight
-        W), the slack bound exceeds the incumbent U unless P_a + S_a - x < U and
+        With x the slack between t_{j-1} and a root cut inside the piece (of slack W),
+        the slack bound exceeds the incumbent U unless P_a + S_a - x < U and
         P_b + S_b - W + x < U. `pa`..`sb`: `(T, pieces)` lower bounds (minimised over
         the child features still allowed).
         """
-        return shrink_pieces(self.weight_left, self.incumbent, self.tolerance, self.exact,
+        return shrink_pieces(self.slack_left, self.incumbent, self.tolerance, self.exact,
                              pr, f0, piece_lo, piece_hi, pa, pb, sa, sb, child_lo, child_hi,
                              alive)
 
@@ -473,16 +475,16 @@ class Depth2Search:
         return keep1, keep2, piece_lb, alive
 
 
-def shrink_pieces(weight_left, incumbent, tolerance, exact, pr, f0, piece_lo, piece_hi,
+def shrink_pieces(slack_left, incumbent, tolerance, exact, pr, f0, piece_lo, piece_hi,
                   pa, pb, sa, sb, child_lo, child_hi, alive):
-    """Narrow classification pieces to the root cuts whose slack bound can still win.
+    """Narrow pieces to the root cuts whose slack bound can still win.
 
-    `weight_left[q, f0]`: training weight left of each threshold index of problem q;
+    `slack_left[q, f0]`: summed sample slack left of each threshold index of problem q;
     `incumbent[q]`, `tolerance(q)`, `exact[q]` per problem; the rest `(T, pieces)`.
     """
     q2 = pr[:, None]
-    w_left = weight_left[q2, f0[:, None], piece_lo]
-    width = weight_left[q2, f0[:, None], piece_hi] - w_left
+    w_left = slack_left[q2, f0[:, None], piece_lo]
+    width = slack_left[q2, f0[:, None], piece_hi] - w_left
     slackness = np.where(exact[q2], 0.0, tolerance(q2))
     x_low = pa + sa - incumbent[q2] - slackness  # need x > x_low
     x_high = incumbent[q2] + slackness - pb - sb + width  # need x < x_high
@@ -490,8 +492,8 @@ def shrink_pieces(weight_left, incumbent, tolerance, exact, pr, f0, piece_lo, pi
     ti, tj = np.nonzero(alive)
     if len(ti) == 0:
         return child_lo, child_hi
-    P, p, width_t = weight_left.shape
-    table = weight_left.reshape(P * p, width_t)
+    P, p, width_t = slack_left.shape
+    table = slack_left.reshape(P * p, width_t)
     rows = pr[ti] * p + f0[ti]
     strict = exact[pr[ti]]
     # Strict inequalities for exact counts, non-strict within the tolerance.
