@@ -73,7 +73,10 @@ def _check_options(depth, bound, s, time_limit, route="recursion"):
     if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)):
         raise ValueError(f"depth must be an integer; got {depth!r}.")
     if depth not in SUPPORTED_DEPTHS:
-        raise ValueError(f"depth={depth} is not supported: choose one of {SUPPORTED_DEPTHS}.")
+        raise ValueError(
+            f"depth={depth} is not supported: choose an integer from {SUPPORTED_DEPTHS[0]} "
+            f"to {SUPPORTED_DEPTHS[-1]}."
+        )
     if bound not in BOUNDS:
         raise ValueError(f"Unknown bound {bound!r}: choose one of {BOUNDS}.")
     if route not in ROUTES:
