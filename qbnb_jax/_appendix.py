@@ -33,13 +33,12 @@ import functools
 
 import numpy as np
 
+from ._deep import size_batches
 from ._host import best_stump, position_threshold
 from ._runner import KernelRunner
 from ._search import RTOL, Search
 
 LEFT, RIGHT = 0, 1
-SMALL_SIDE = 2048  # subsets up to this size share a kernel batch whatever their sizes
-LAYOUT_BYTES = 1 << 27  # presorted layouts (p * p * n int32 per subset) per batch
 ENTRY_BLOCK_ELEMENTS = 1 << 21  # entries x pieces x sub-pieces x p pruned at once
 
 
@@ -236,16 +235,9 @@ class AppendixSearch(Search):
         PRE[empty] = np.where(Fa[pe[empty]][:, None, :], 0.0, np.inf)
         SUF[empty] = np.where(Fb[pe[empty]][:, None, :], 0.0, np.inf)
         # Subsets of similar size share a batch (sweeps cost the batch's padded size).
-        order = [int(u) for u in np.argsort(size, kind="stable") if size[u] > 0]
-        batch: list[int] = []
-        for u in order + [None]:
-            if batch and (u is None or size[u] > max(2 * size[batch[0]], SMALL_SIDE)
-                          or (len(batch) + 1) * p * p * size[u] * 4 > LAYOUT_BYTES):
-                self.sweep_batch(batch, f0, pos, side, subset_of_pair, pe, ef1, ecuts, Fa, Fb,
-                                 PRE, SUF)
-                batch = []
-            if u is not None:
-                batch.append(u)
+        for batch in size_batches(size, p):
+            self.sweep_batch(batch, f0, pos, side, subset_of_pair, pe, ef1, ecuts, Fa, Fb,
+                             PRE, SUF)
         return PRE, SUF
 
     def sweep_batch(self, batch, f0, pos, side, subset_of_pair, pe, ef1, ecuts, Fa, Fb,
@@ -300,14 +292,5 @@ class AppendixSearch(Search):
         problem = self.problem
         k = int(problem.cut_pos[f0, t0])
         inside = problem.rank[f0] < k
-
-        def side(mask, entry):
-            f1, t1, fa, fb = entry
-            m = int(problem.cut_pos[f1, t1])
-            goes = problem.rank[f1] < m
-            _, a = self.stump_splits(mask & goes, fa)
-            _, b = self.stump_splits(mask & ~goes, fb)
-            return (f1, position_threshold(problem, f1, m), a, b)
-
-        return (f0, position_threshold(problem, f0, k), side(inside, left),
-                side(~inside, right))
+        return (f0, position_threshold(problem, f0, k),
+                self.depth2_splits(*left, mask=inside), self.depth2_splits(*right, mask=~inside))

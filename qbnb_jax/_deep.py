@@ -39,6 +39,27 @@ SMALL_SIDE = 2048
 SIDE_LAYOUT_BYTES = 1 << 27  # presorted layouts (p * p * n int32 per side) per side batch
 
 
+def size_batches(sizes, p: int) -> list[list[int]]:
+    """Indices of the non-empty subsets of these `sizes`, smallest first, in batches.
+
+    A batch shares one padded layout: sizes within a factor 2, or all up to
+    SMALL_SIDE, with presorted layouts (p * p * n int32 each) under SIDE_LAYOUT_BYTES.
+    Measured: finer size classes made more, smaller kernel calls (slower) and more
+    shapes to compile; coarser ones padded more.
+    """
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for i in (int(i) for i in np.argsort(sizes, kind="stable")):
+        if sizes[i] == 0:
+            continue
+        if batch and (sizes[i] > max(2 * sizes[batch[0]], SMALL_SIDE)
+                      or (len(batch) + 1) * p * p * sizes[i] * 4 > SIDE_LAYOUT_BYTES):
+            batches.append(batch)
+            batch = []
+        batch.append(i)
+    return batches + [batch] if batch else batches
+
+
 class DeepSearch(Search):
     """Exact depth-`depth` search (depth >= 3) over the root split."""
 
@@ -155,27 +176,12 @@ class DeepSearch(Search):
         for f0, k, which in todo:
             left = self.problem.rank[f0] < k
             subs.append(self.problem.compact(left if which == LEFT else ~left))
-        live = []
-        for i, sub in enumerate(subs):
+        for key, sub in zip(todo, subs):
             if sub.n == 0:
-                self.sides[todo[i]] = (0.0, 0.0, None)
-            else:
-                live.append(i)
-        # Sides within a factor 2 in size run together (kept to a bounded layout size).
-        # Measured: finer size classes made more, smaller kernel calls (slower) and more
-        # shapes to compile; coarser ones padded more.
-        live.sort(key=lambda i: subs[i].n)
-        p = self.problem.p
-        batch: list[int] = []
-        for i in live + [None]:
-            if batch and (i is None
-                          or subs[i].n > max(2 * subs[batch[0]].n, SMALL_SIDE)
-                          or (len(batch) + 1) * p * p * subs[i].n * 4 > SIDE_LAYOUT_BYTES):
-                self.solve_side_batch([todo[j] for j in batch], [subs[j] for j in batch],
-                                      [cutoff_of[todo[j]] for j in batch])
-                batch = []
-            if i is not None:
-                batch.append(i)
+                self.sides[key] = (0.0, 0.0, None)
+        for batch in size_batches([sub.n for sub in subs], self.problem.p):
+            self.solve_side_batch([todo[j] for j in batch], [subs[j] for j in batch],
+                                  [cutoff_of[todo[j]] for j in batch])
 
     def solve_side_batch(self, keys, subs, cutoffs) -> None:
         """Depth-2 searches of compacted sides in one frontier (`_depth2.py`)."""

@@ -28,7 +28,7 @@ import functools
 
 import numpy as np
 
-from ._host import stumps_of_all_shared
+from ._host import stump_losses, stumps_of_all_shared
 from ._runner import KernelRunner
 from ._search import RTOL, Search
 
@@ -234,12 +234,13 @@ class Depth2Search:
         problems = [search.problem for search in self.searches]
         if P > 1 and all(pr.perm is problems[0].perm for pr in problems):
             losses, positions = stumps_of_all_shared(problems)  # a batch of weightings
-            for q, search in enumerate(self.searches):
-                search.set_stump_of_all(losses[q], positions[q])
-        stumps = [search.stump_of_all() for search in self.searches]
-        self.stump_all = np.stack([losses for losses, _ in stumps])  # (P, p)
-        root = np.array([int(np.argmin(losses)) for losses, _ in stumps])
-        k = np.array([int(positions[f]) for (_, positions), f in zip(stumps, root)])
+        else:
+            stumps = [stump_losses(pr, np.ones(pr.n, dtype=bool)) for pr in problems]
+            losses = np.stack([one for one, _ in stumps])
+            positions = np.stack([at for _, at in stumps])
+        self.stump_all = losses  # (P, p)
+        root = losses.argmin(axis=1)
+        k = positions[np.arange(P), root]
         # s + 1 copies of the cut: the shape of the search's own sweeps, so no compile.
         cuts = np.repeat(np.repeat(k, p)[:, None], self.s + 1, axis=1)
         pre, suf = yield "full", (np.repeat(root, p), np.tile(np.arange(p), P), cuts,

@@ -31,6 +31,25 @@ def leaf_loss_np(stats: np.ndarray, loss_kind: str) -> np.ndarray:
     return total - largest
 
 
+def split_losses(ordered: np.ndarray, total, loss_kind: str) -> np.ndarray:
+    """Loss of a stump cut before each position of stat vectors in sorted order.
+
+    `ordered`: `(..., n, C)`; `total`: the set's summed stats, broadcast against
+    `(..., 1)` (used by the two-class form). Returns `(..., n + 1)`, position 0 sending
+    everything right.
+    """
+    if loss_kind != "sse" and ordered.shape[-1] == 2:
+        # Two classes: loss(left) + loss(right) = (T - |d_left| - |D - d_left|) / 2
+        # with d the signed count, so one cumulative sum suffices (as in the kernels).
+        signed = (ordered[..., 1] - ordered[..., 0]).astype(np.float64)
+        d = np.zeros(signed.shape[:-1] + (signed.shape[-1] + 1,))
+        np.cumsum(signed, axis=-1, out=d[..., 1:])
+        return (total - np.abs(d) - np.abs(d[..., -1:] - d)) / 2.0
+    cum = np.zeros(ordered.shape[:-2] + (ordered.shape[-2] + 1, ordered.shape[-1]))
+    np.cumsum(ordered.astype(np.float64), axis=-2, out=cum[..., 1:, :])
+    return leaf_loss_np(cum, loss_kind) + leaf_loss_np(cum[..., -1:, :] - cum, loss_kind)
+
+
 def stump_losses(problem: Problem, mask: np.ndarray, features=None):
     """Best stump of the samples in `mask` on each feature: `(losses, positions)`.
 
@@ -39,29 +58,13 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
     """
     features = np.arange(problem.p) if features is None else np.asarray(features)
     stats = np.where(mask[:, None], problem.stats, 0)
-    binary = problem.loss_kind != "sse" and stats.shape[1] == 2
-    if binary:
-        signed = stats[:, 1] - stats[:, 0]
-    else:
-        stats = stats.astype(np.float64)
+    total = float(stats.sum())
     losses = np.empty(len(features))
     positions = np.empty(len(features), dtype=np.int64)
     # One feature at a time: the (n+1, C) intermediates of one feature stay small
     # (all features at once cost gigabytes at n = 10^6) and the arithmetic is the same.
     for i, f in enumerate(features):
-        order = problem.perm[f]
-        if binary:
-            # Two classes: loss(left) + loss(right) = (T - |d_left| - |D - d_left|) / 2
-            # with d the signed count, so one cumulative sum suffices (as in the kernels).
-            d = np.concatenate([np.zeros(1), np.cumsum(signed[order])])
-            loss = (stats.sum() - np.abs(d) - np.abs(d[-1:] - d)) / 2.0
-        else:
-            cum = np.concatenate(
-                [np.zeros((1, stats.shape[1])), np.cumsum(stats[order], axis=0)]
-            )  # (n+1, C)
-            loss = leaf_loss_np(cum, problem.loss_kind) + leaf_loss_np(
-                cum[-1:] - cum, problem.loss_kind
-            )
+        loss = split_losses(stats[problem.perm[f]], total, problem.loss_kind)
         loss = np.where(problem.cut_valid[f], loss, np.inf)
         positions[i] = np.argmin(loss)
         losses[i] = loss[positions[i]]
@@ -76,8 +79,6 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
     problems at a time (a bootstrap batch has thousands of them).
     """
     first = problems[0]
-    perm, (n, C) = first.perm, first.stats.shape
-    binary = first.loss_kind != "sse" and C == 2
     losses = np.empty((len(problems), first.p))
     positions = np.empty((len(problems), first.p), dtype=np.int64)
     # Blocks of 8 problems keep the temporaries in cache: measured on 1,000 bootstrap
@@ -87,19 +88,9 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
     for b0 in range(0, len(problems), block):
         group = problems[b0 : b0 + block]
         stats = np.stack([pr.stats for pr in group])  # (B, n, C)
-        if binary:
-            signed = (stats[..., 1] - stats[..., 0]).astype(np.float64)
-            d = np.zeros((len(group), first.p, n + 1))
-            np.cumsum(signed[:, perm], axis=2, out=d[..., 1:])
-            total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
-            loss = (total - np.abs(d) - np.abs(d[..., -1:] - d)) / 2.0
-        else:
-            cum = np.zeros((len(group), first.p, n + 1, C))
-            np.cumsum(stats.astype(np.float64)[:, perm], axis=2, out=cum[:, :, 1:])
-            loss = leaf_loss_np(cum, first.loss_kind) + leaf_loss_np(
-                cum[:, :, -1:] - cum, first.loss_kind)
-        valid = np.stack([pr.cut_valid for pr in group])
-        loss = np.where(valid, loss, np.inf)
+        total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
+        loss = split_losses(stats[:, first.perm], total, first.loss_kind)  # (B, p, n+1)
+        loss = np.where(np.stack([pr.cut_valid for pr in group]), loss, np.inf)
         at = np.argmin(loss, axis=2)
         positions[b0 : b0 + len(group)] = at
         losses[b0 : b0 + len(group)] = np.take_along_axis(loss, at[..., None], axis=2)[..., 0]

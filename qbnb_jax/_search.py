@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from ._data import Problem
-from ._host import best_stump, position_threshold, stump_losses
+from ._host import best_stump, position_threshold
 from ._runner import KernelRunner, pow2_at_least
 
 # Regression and fractional weights: prune only when LB > U + RTOL*|U| + ATOL*scale.
@@ -52,7 +52,6 @@ class Search:
         self.frontier_sizes: list[int] = []
         self.capacity_history: list[int] = []
         self.tuples_explored = 0
-        self._stump_of_all: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- incumbent and pruning ------------------------------------------------------
     def tolerance(self) -> float:
@@ -86,25 +85,18 @@ class Search:
         loss, f, k = best_stump(self.problem, mask, features)
         return loss, (f, position_threshold(self.problem, f, k), None, None)
 
-    def depth2_splits(self, f0: int, t: int, f1: int, f2: int):
+    def depth2_splits(self, f0: int, t: int, f1: int, f2: int, mask: np.ndarray | None = None):
+        """Spec of the root cut t of f0 with the best stumps on f1 (left), f2 (right).
+
+        `mask`: the samples the tree is for (default all).
+        """
         problem = self.problem
         k = int(problem.cut_pos[f0, t])
-        left = np.zeros(problem.n, dtype=bool)
-        left[problem.perm[f0, :k]] = True
-        _, left_spec = self.stump_splits(left, f1)
-        _, right_spec = self.stump_splits(~left, f2)
+        left = problem.rank[f0] < k
+        inside = np.ones(problem.n, dtype=bool) if mask is None else mask
+        _, left_spec = self.stump_splits(inside & left, f1)
+        _, right_spec = self.stump_splits(inside & ~left, f2)
         return (f0, position_threshold(problem, f0, k), left_spec, right_spec)
-
-    def stump_of_all(self) -> tuple[np.ndarray, np.ndarray]:
-        """Best stump of all samples on every feature: `(losses, positions)`, once."""
-        if self._stump_of_all is None:
-            everyone = np.ones(self.problem.n, dtype=bool)
-            self._stump_of_all = stump_losses(self.problem, everyone)
-        return self._stump_of_all
-
-    def set_stump_of_all(self, losses: np.ndarray, positions: np.ndarray) -> None:
-        """Provide `stump_of_all` computed elsewhere (for many problems at once)."""
-        self._stump_of_all = (losses, positions)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
