@@ -25,6 +25,7 @@ from ._cache import enable_persistent_cache
 from ._data import Problem, as_sample_weight, make_problem
 from ._deep import DeepSearch
 from ._depth2 import solve_depth2
+from ._host import depth2_trees_shared
 from ._kernels import SweepData
 from ._runner import KernelRunner
 from ._search import Search
@@ -80,8 +81,9 @@ def solve_batch(
                    start=start)
     if task == "classification" and integral:
         # Integer counts are exact in any order: one shared layout for every problem.
-        problems = base.reweighted(np.stack([w for w, _ in checked]))
-        return _solve_problems([base], problems, [0] * len(problems), **options)
+        problems, tables = base.reweighted(np.stack([w for w, _ in checked]))
+        return _solve_problems([base], problems, [0] * len(problems), tables=tables,
+                               **options)
     # Float sums depend on the order of the samples summed, zero-weight ones included;
     # to take solve()'s exact path (and tie-breaks) each problem gets the layout of its
     # own samples, as solve() builds it.
@@ -151,7 +153,7 @@ def _common_stats(problems: list[Problem]) -> list[np.ndarray]:
 
 
 def _solve_problems(layouts, problems, layout_of, *, depth, bound, s, time_limit, progress,
-                    start) -> list[SolveResult]:
+                    start, tables=None) -> list[SolveResult]:
     if time_limit is not None and np.isinf(time_limit):
         time_limit = None
     enable_persistent_cache()
@@ -170,7 +172,7 @@ def _solve_problems(layouts, problems, layout_of, *, depth, bound, s, time_limit
                 for search in searches:
                     search.solve_depth1()
             else:
-                solve_depth2(searches, runner, batch_progress=progress)
+                solve_depth2(searches, runner, batch_progress=progress, tables=tables)
         else:
             # Deeper trees recurse into subsets of one problem at a time; they share the
             # batch's layouts and compiled kernels (and so its stat channels and dtype).
@@ -179,8 +181,12 @@ def _solve_problems(layouts, problems, layout_of, *, depth, bound, s, time_limit
                 search = DeepSearch(pr, depth=depth, runner=runner.for_problem(i, pr), **options)
                 search.solve_deep()
                 searches.append(search)
+    built = [None] * len(searches)
+    if depth == 2 and tables is not None and problems[0].loss_kind == "count":
+        specs = np.array([search.depth2_spec for search in searches])
+        built = depth2_trees_shared(problems, tables.cut_pos, tables.cut_valid, specs)
     results = []
-    for search in searches:
+    for search, tree in zip(searches, built):
         search.runner = runner
-        results.append(_make_result(search, depth))
+        results.append(_make_result(search, depth, tree))
     return results

@@ -7,7 +7,7 @@ device kernels only read the arrays it holds (DESIGN.md section 2).
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -18,6 +18,15 @@ Task = Literal["classification", "regression"]
 LossKind = Literal["count", "weighted", "sse"]
 
 TASKS = ("classification", "regression")
+
+
+class ThresholdTables(NamedTuple):
+    """`Problem.cut_pos`, `slack_left` and `n_thresholds` of problems of one width, stacked."""
+
+    cut_pos: np.ndarray  # (P, p, n+1)
+    slack_left: np.ndarray  # (P, p, n+1)
+    n_thresholds: np.ndarray  # (P, p)
+    cut_valid: np.ndarray | None = None  # (P, p, n+1)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -38,7 +47,8 @@ class Problem:
     cut_valid: np.ndarray  # bool (p, n+1): a threshold may fall before sorted position k
     cut_pos: np.ndarray  # int32 (p, n+1): threshold index t -> samples left of it
     n_thresholds: np.ndarray  # int32 (p,): u(f); threshold indices run 0..u(f)
-    # float64 (p, n+1): summed `sample_slack` of the samples left of threshold index t
+    # float64 (p, n+1), integers for `reweighted` problems: summed `sample_slack` of the
+    # samples left of threshold index t
     slack_left: np.ndarray
     classes: np.ndarray | None
     y_offset: np.ndarray | None  # regression: the weighted mean removed from y
@@ -82,7 +92,8 @@ class Problem:
             n_thresholds=n_thresholds, slack_left=slack_left, y=self.y[idx], weight=w,
         )
 
-    def reweighted(self, weights: np.ndarray) -> list[Problem]:
+    def reweighted(self, weights: np.ndarray, block: int = 16
+                   ) -> tuple[list[Problem], ThresholdTables]:
         """The same samples and layout under each row of integer weights `(P, n)`.
 
         Classification with unit weights only (as `make_problem` without weights):
@@ -90,28 +101,67 @@ class Problem:
         weight, numbered as a solve of that weighted problem alone numbers them
         (zero-weight rows dropped): a cut sits right after a positive sample whose
         next positive sample has a larger value. Searches on the two then take the
-        same path and return the same tree. One problem at a time: measured, numpy
-        over blocks of problems was slower (its temporaries leave the cache).
+        same path and return the same tree.
+
+        Returns the problems and their threshold tables stacked (the problems hold
+        views of them). Computed for `block` problems at a time, so the temporaries
+        stay in cache.
         """
         n, p = self.n, self.p
-        x_sorted = np.take_along_axis(self.X.T, self.perm, axis=1)
-        out = []
-        for weight in weights:
-            positive = weight[self.perm] > 0  # (p, n), each feature's order
-            index = np.where(positive, np.arange(n)[None, :], n)
-            next_positive = np.minimum.accumulate(index[:, ::-1], axis=1)[:, ::-1]  # at >= k
-            after = next_positive[:, 1:]  # (p, n-1): first positive sample at or after k
-            larger = (np.take_along_axis(x_sorted, np.minimum(after, n - 1), axis=1)
-                      > x_sorted[:, :-1])
-            cut_valid = np.zeros((p, n + 1), dtype=bool)
-            cut_valid[:, 0] = True
-            cut_valid[:, 1:n] = positive[:, :-1] & (after < n) & larger
-            cut_pos, n_thresholds, slack_left = _threshold_tables(cut_valid, self.perm, weight)
-            out.append(dataclasses.replace(
-                self, stats=(self.stats * weight[:, None]).astype(np.int32),
-                cut_valid=cut_valid, cut_pos=cut_pos, n_thresholds=n_thresholds,
-                slack_left=slack_left, weight=weight))
-        return out
+        P = len(weights)
+        # group_end[f, k]: the first sorted position of f whose value exceeds position k's
+        vr_sorted = np.take_along_axis(self.value_rank, self.perm, axis=1)
+        group_end = np.empty((p, n), dtype=np.int64)
+        for f in range(p):  # one searchsorted per feature over its distinct values
+            group_end[f] = np.searchsorted(vr_sorted[f], vr_sorted[f], side="right")
+        tied = group_end[:, :-1] != np.arange(1, n)[None, :]  # (p, n-1)
+        cut_pos = np.full((P, p, n + 1), n, dtype=np.int32)
+        cut_pos[..., 0] = 0
+        cut_valid = np.zeros((P, p, n + 1), dtype=bool)
+        cut_valid[..., 0] = True
+        n_thresholds = np.empty((P, p), dtype=np.int32)
+        counts_dtype = np.int32 if weights.sum(axis=1).max(initial=0) < 2**31 else np.int64
+        # Integer slack (the weights), exact: half the memory of float64 tables.
+        slack_left = np.empty((P, p, n + 1), dtype=counts_dtype)
+        integral = weights.astype(counts_dtype)
+        stats = (self.stats[None] * integral[:, :, None]).astype(np.int32)
+        for b0 in range(0, P, block):
+            W = integral[b0 : b0 + block]
+            B = len(W)
+            w_sorted = W[:, self.perm]  # (B, p, n) in each feature's order
+            positive = w_sorted > 0
+            # positives before each position; a cut after position k - 1 is valid when
+            # that sample is positive, none follows it in its group of equal values,
+            # and one follows later: seen[group_end] == seen[k] < seen[n]
+            seen = np.zeros((B, p, n + 1), dtype=np.int32)
+            np.cumsum(positive, axis=2, out=seen[..., 1:])
+            valid = positive[..., :-1] & (seen[..., 1:n] < seen[..., n:])
+            if tied.any():
+                at_end = np.take_along_axis(
+                    seen, np.broadcast_to(group_end[:, :-1], (B, p, n - 1)), axis=2)
+                valid &= ~tied | (at_end == seen[..., 1:n])
+            cut_valid[b0 : b0 + B, :, 1:n] = valid
+            counts = valid.sum(axis=2)
+            n_thresholds[b0 : b0 + B] = counts + 1
+            # the t-th valid cut (t = 1..) of each (problem, feature) row: position k + 1
+            flat = np.flatnonzero(valid)
+            row, k = np.divmod(flat, max(n - 1, 1))
+            first = np.concatenate([[0], np.cumsum(counts.reshape(-1))[:-1]])
+            rank = np.arange(len(flat)) - first[row] + 1
+            cut_pos[b0 : b0 + B].reshape(B * p, n + 1)[row, rank] = k + 1
+            cum_weight = np.zeros((B * p, n + 1), dtype=counts_dtype)
+            np.cumsum(w_sorted.reshape(B * p, n), axis=1, out=cum_weight[:, 1:])
+            slack = slack_left[b0 : b0 + B].reshape(B * p, n + 1)
+            slack[:] = cum_weight[:, -1:]  # thresholds past u(f): everything left
+            slack[:, 0] = 0
+            slack[row, rank] = cum_weight[row, k + 1]
+        problems = [
+            dataclasses.replace(self, stats=stats[i], cut_valid=cut_valid[i],
+                                cut_pos=cut_pos[i], n_thresholds=n_thresholds[i],
+                                slack_left=slack_left[i], weight=weights[i])
+            for i in range(P)
+        ]
+        return problems, ThresholdTables(cut_pos, slack_left, n_thresholds, cut_valid)
 
 
 

@@ -28,8 +28,9 @@ import functools
 
 import numpy as np
 
+from ._data import ThresholdTables
 from ._host import stump_losses, stumps_of_all_shared
-from ._runner import KernelRunner
+from ._runner import GRID_MIN_PROBLEMS, KernelRunner
 from ._search import RTOL, Search
 
 # The paper's s' = floor(0.6 n s / (b - a)) for W1, capped to keep rows short.
@@ -76,7 +77,7 @@ class Depth2Search:
     """
 
     def __init__(self, searches: list[Search], runner: KernelRunner, *, data_index=None,
-                 batch_progress=None):
+                 batch_progress=None, tables: ThresholdTables | None = None):
         self.searches = searches
         self.runner = runner
         self.batch_progress = batch_progress
@@ -88,16 +89,10 @@ class Depth2Search:
         self.max_capacity = max(self.capacity, MAX_CAPACITY)
         problems = [search.problem for search in searches]
         self.p = problems[0].p
-        width = max(pr.n for pr in problems) + 1
         P = len(problems)
-        self.cut_pos = np.empty((P, self.p, width), dtype=np.int64)
-        self.slack_left = np.empty((P, self.p, width))
-        for q, pr in enumerate(problems):  # padding: "everything left", as t = u(f)
-            self.cut_pos[q, :, : pr.n + 1] = pr.cut_pos
-            self.cut_pos[q, :, pr.n + 1 :] = pr.n
-            self.slack_left[q, :, : pr.n + 1] = pr.slack_left
-            self.slack_left[q, :, pr.n + 1 :] = pr.slack_left[:, -1:]
-        self.n_thresholds = np.stack([pr.n_thresholds for pr in problems]).astype(np.int64)
+        if tables is None:
+            tables = stack_tables(problems)
+        self.cut_pos, self.slack_left, self.n_thresholds, self.cut_valid = tables
         self.n_of = np.array([pr.n for pr in problems])
         self.exact = np.array([search.exact for search in searches])
         self.atol = np.array([search.atol for search in searches])
@@ -120,9 +115,13 @@ class Depth2Search:
         inc = self.incumbent[q]
         return np.where(self.exact[q], lower < inc, lower <= inc + self.tolerance(q))
 
-    def offer(self, q: int, value: float, splits) -> None:
-        self.searches[q].offer(value, splits)
-        self.incumbent[q] = self.searches[q].incumbent
+    def offer(self, q: int, value: float, f0: int, t: int, f1: int, f2: int) -> None:
+        """Tree (root cut t of f0, best stumps on f1 left and f2 right) achieves value."""
+        search = self.searches[q]
+        if value < search.incumbent:
+            search.depth2_spec = (f0, t, f1, f2)
+        search.offer(value, functools.partial(search.depth2_splits, f0, t, f1, f2))
+        self.incumbent[q] = search.incumbent
 
     # -- driver -------------------------------------------------------------------------
     def run(self) -> None:
@@ -232,7 +231,10 @@ class Depth2Search:
         """
         P, p = len(self.searches), self.p
         problems = [search.problem for search in self.searches]
-        if P > 1 and all(pr.perm is problems[0].perm for pr in problems):
+        if (P >= GRID_MIN_PROBLEMS and self.cut_valid is not None
+                and self.runner.can_sweep_grid()):
+            losses, positions = self.runner.stumps(self.data_index, self.cut_valid)
+        elif P > 1 and all(pr.perm is problems[0].perm for pr in problems):
             losses, positions = stumps_of_all_shared(problems)  # a batch of weightings
         else:
             stumps = [stump_losses(pr, np.ones(pr.n, dtype=bool)) for pr in problems]
@@ -252,9 +254,7 @@ class Depth2Search:
             pr = self.searches[q].problem
             table = pr.cut_pos[root[q], : pr.n_thresholds[root[q]] + 1]
             t = int(np.searchsorted(table, k[q]))
-            splits = functools.partial(self.searches[q].depth2_splits, int(root[q]), t,
-                                       int(f1[q]), int(f2[q]))
-            self.offer(q, float(value[q]), splits)
+            self.offer(q, float(value[q]), int(root[q]), t, int(f1[q]), int(f2[q]))
 
     # -- one iteration --------------------------------------------------------------------
     def step(self, pr, f0, lo, hi, F1, F2, ends):
@@ -348,11 +348,8 @@ class Depth2Search:
         first = order[np.r_[True, pr[order][1:] != pr[order][:-1]]]  # each problem's best
         for i in first[best[first] < self.incumbent[pr[first]]]:
             q, jj = int(pr[i]), int(best_j[i])
-            splits = functools.partial(
-                self.searches[q].depth2_splits, int(f0[i]), int(cuts[i, jj]),
-                int(np.argmin(P[i, jj])), int(np.argmin(S[i, jj])),
-            )
-            self.offer(q, float(best[i]), splits)
+            self.offer(q, float(best[i]), int(f0[i]), int(cuts[i, jj]),
+                       int(np.argmin(P[i, jj])), int(np.argmin(S[i, jj])))
 
     def slack(self, pr, f0, P, S, piece_lo, piece_hi, keep1, keep2, piece_lb, child_lo,
               child_hi, alive):
@@ -508,8 +505,23 @@ def shrink_pieces(slack_left, incumbent, tolerance, exact, pr, f0, piece_lo, pie
     return child_lo, child_hi
 
 
+def stack_tables(problems: list) -> ThresholdTables:
+    """The problems' threshold tables stacked, padded past each u(f) as t = u(f) is."""
+    width = max(pr.n for pr in problems) + 1
+    P, p = len(problems), problems[0].p
+    cut_pos = np.empty((P, p, width), dtype=np.int64)
+    slack_left = np.empty((P, p, width))
+    for q, pr in enumerate(problems):  # padding: "everything left", as t = u(f)
+        cut_pos[q, :, : pr.n + 1] = pr.cut_pos
+        cut_pos[q, :, pr.n + 1 :] = pr.n
+        slack_left[q, :, : pr.n + 1] = pr.slack_left
+        slack_left[q, :, pr.n + 1 :] = pr.slack_left[:, -1:]
+    n_thresholds = np.stack([pr.n_thresholds for pr in problems]).astype(np.int64)
+    return ThresholdTables(cut_pos, slack_left, n_thresholds)
+
+
 def solve_depth2(searches: list[Search], runner: KernelRunner | None = None,
-                 batch_progress=None) -> None:
+                 batch_progress=None, tables: ThresholdTables | None = None) -> None:
     """Run depth-2 searches together; search q is the runner's problem q.
 
     One search: `runner` defaults to the search's own (or a new one). Problems with
@@ -522,6 +534,9 @@ def solve_depth2(searches: list[Search], runner: KernelRunner | None = None,
         Depth2Search(searches, runner).run()
         return
     widths = np.array([search.problem.p for search in searches])
+    if tables is not None:  # one stacked group (`Problem.reweighted`)
+        Depth2Search(searches, runner, batch_progress=batch_progress, tables=tables).run()
+        return
     for p in np.unique(widths):
         group = np.nonzero(widths == p)[0]
         Depth2Search([searches[q] for q in group], runner, data_index=group,

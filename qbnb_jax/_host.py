@@ -229,3 +229,128 @@ def tree_objective(tree: Tree, problem: Problem) -> float:
         mean = (wl[:, None] * yl).sum(axis=0) / wl.sum()
         total += float(np.sum(wl[:, None] * (yl - mean) ** 2))
     return total
+
+
+def depth2_trees_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: np.ndarray,
+                        specs: np.ndarray) -> list[tuple[Tree, float]]:
+    """`build_tree` and `tree_objective` of depth-2 incumbents, for classification
+    problems that share one layout (`Problem.reweighted`), vectorised over problems.
+
+    `specs[q] = (f0, t, f1, f2)`: problem q's tree is `Search.depth2_splits(f0, t, f1,
+    f2)`. The same trees as one at a time: the children's stumps come from the same
+    `split_losses` arithmetic and tie-breaks, the thresholds from the same midpoints,
+    and splits that send no weight to one side collapse as `build_tree` collapses them.
+    Counts are integers, so node values and objectives are exact sums.
+    """
+    first = problems[0]
+    P, n = len(problems), first.n
+    q = np.arange(P)
+    f0, t, f1, f2 = (np.asarray(c, dtype=np.int64) for c in specs.T)
+    weight = np.stack([pr.weight for pr in problems])  # (P, n)
+    stats = np.stack([pr.stats for pr in problems])  # (P, n, C)
+    k0 = cut_pos[q, f0, t]
+    left = first.rank[f0] < k0[:, None]  # (P, n), sample order
+
+    def best_position(mask: np.ndarray, f: np.ndarray) -> np.ndarray:
+        if stats.shape[2] == 2:  # the two-class form of `split_losses`, one channel
+            signed = np.where(mask, stats[..., 1] - stats[..., 0], 0)
+            total = np.where(mask, stats.sum(axis=2), 0).sum(axis=1).astype(np.float64)
+            d = np.zeros((P, n + 1))
+            np.cumsum(np.take_along_axis(signed, first.perm[f], axis=1).astype(np.float64),
+                      axis=1, out=d[:, 1:])
+            loss = (total[:, None] - np.abs(d) - np.abs(d[:, -1:] - d)) / 2.0
+        else:
+            masked = np.where(mask[..., None], stats, 0)
+            total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
+            ordered = np.take_along_axis(masked, first.perm[f][..., None], axis=1)
+            loss = split_losses(ordered, total, first.loss_kind)
+        return np.argmin(np.where(cut_valid[q, f], loss, np.inf), axis=1)
+
+    def thresholds(f: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """`position_threshold(problem q, f[q], k[q])` for every q."""
+        order = first.perm[f]  # (P, n)
+        positive = np.take_along_axis(weight, order, axis=1) > 0
+        index = np.arange(n)
+        last_at = np.maximum.accumulate(np.where(positive, index, -1), axis=1)
+        next_at = np.minimum.accumulate(np.where(positive, index, n)[:, ::-1], axis=1)[:, ::-1]
+        before = np.where(k > 0, last_at[q, np.maximum(k - 1, 0)], -1)
+        after = np.where(k < n, next_at[q, np.minimum(k, n - 1)], n)
+        lo = first.X[order[q, np.maximum(before, 0)], f]
+        hi = first.X[order[q, np.minimum(after, n - 1)], f]
+        with np.errstate(over="ignore", invalid="ignore"):
+            mid = lo / 2.0 + hi / 2.0  # as `midpoint`
+        mid = np.where((lo <= mid) & (mid < hi), mid, lo)
+        return np.where(before < 0, -np.inf, np.where(after >= n, np.inf, mid))
+
+    thr = np.stack([thresholds(f0, k0), thresholds(f1, best_position(left, f1)),
+                    thresholds(f2, best_position(~left, f2))], axis=1)  # (P, 3)
+    XT = first.X.T
+    goes_left = XT[f0] <= thr[:, 0:1]
+    quadrant = np.where(goes_left, np.where(XT[f1] <= thr[:, 1:2], 0, 1),
+                        np.where(XT[f2] <= thr[:, 2:3], 2, 3))  # LL, LR, RL, RR
+    C = len(first.classes)
+    sums = np.bincount(((q[:, None] * 4 + quadrant) * C + first.y[None]).reshape(-1),
+                       weights=weight.reshape(-1), minlength=P * 4 * C).reshape(P, 4, C)
+    # Every leaf holds weight (the usual case): the full 7-node tree, built for all at once.
+    full = (sums.sum(axis=2) > 0).all(axis=1)
+    leaf, none = LEAF, np.full(P, LEAF)
+    feature = np.stack([f0, f1, none, none, f2, none, none], axis=1).astype(np.int32)
+    threshold = np.full((P, 7), np.nan)
+    threshold[:, [0, 1, 4]] = thr
+    value = np.stack([sums.sum(axis=1), sums[:, 0] + sums[:, 1], sums[:, 0], sums[:, 1],
+                      sums[:, 2] + sums[:, 3], sums[:, 2], sums[:, 3]], axis=1)
+    weights = value.sum(axis=2)
+    children_left = np.array([1, 2, leaf, leaf, 5, leaf, leaf], dtype=np.int32)
+    children_right = np.array([4, 3, leaf, leaf, 6, leaf, leaf], dtype=np.int32)
+    objective = (sums.sum(axis=2) - sums.max(axis=2)).sum(axis=1)
+    out = []
+    for i in range(P):
+        if full[i]:
+            tree = Tree(children_left=children_left.copy(), children_right=children_right.copy(),
+                        feature=feature[i], threshold=threshold[i], value=value[i],
+                        weighted_n_node_samples=weights[i], task=first.task)
+            out.append((tree, float(objective[i])))
+            continue
+        nodes = _depth2_nodes(sums[i], (int(f0[i]), int(f1[i]), int(f2[i])), thr[i])
+        feat, thresh, lefts, rights, values = (np.asarray(a) for a in zip(*nodes))
+        values = values.astype(np.float64)
+        tree = Tree(children_left=lefts.astype(np.int32), children_right=rights.astype(np.int32),
+                    feature=feat.astype(np.int32), threshold=thresh.astype(np.float64),
+                    value=values, weighted_n_node_samples=values.sum(axis=1), task=first.task)
+        leaves = values[feat == LEAF]
+        out.append((tree, float(np.sum(leaves.sum(axis=1) - leaves.max(axis=1)))))
+    return out
+
+
+def _depth2_nodes(sums: np.ndarray, features, thresholds) -> list[list]:
+    """Preorder nodes `[feature, threshold, left, right, value]` of a depth-2 tree whose
+    four leaves (LL, LR, RL, RR) hold the class sums `sums` `(4, C)`, collapsing every
+    split that sends no weight to one side (as `build_tree`)."""
+    f0, f1, f2 = features
+    # a spec: (feature, threshold, left spec, right spec, left leaves, right leaves)
+    left = (f1, thresholds[1], None, None, [0], [1])
+    right = (f2, thresholds[2], None, None, [2], [3])
+    nodes: list[list] = []
+
+    def emit(spec, leaves: list[int]) -> int:
+        while spec is not None:
+            _, _, left_spec, right_spec, left_leaves, right_leaves = spec
+            if sums[right_leaves].sum() == 0:
+                spec, leaves = left_spec, left_leaves
+            elif sums[left_leaves].sum() == 0:
+                spec, leaves = right_spec, right_leaves
+            else:
+                break
+        value = sums[leaves].sum(axis=0)
+        node = len(nodes)
+        if spec is None:
+            nodes.append([LEAF, np.nan, LEAF, LEAF, value])
+            return node
+        f, thr, left_spec, right_spec, left_leaves, right_leaves = spec
+        nodes.append([f, thr, LEAF, LEAF, value])
+        nodes[node][2] = emit(left_spec, left_leaves)
+        nodes[node][3] = emit(right_spec, right_leaves)
+        return node
+
+    emit((f0, thresholds[0], left, right, [0, 1], [2, 3]), [0, 1, 2, 3])
+    return nodes

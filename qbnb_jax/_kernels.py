@@ -43,8 +43,10 @@ class SweepData(eqx.Module):
     - `cut_valid`: `(L, p, n+1)`, thresholds may fall before these sorted positions.
     - `perm`, `rank`, `value_rank`: `(L, p, n)`, for gathered sweeps.
     - `sorted_scan`: `(P, p, n, S)`, scanned channels in each feature's order.
-    - `full_scan`: `(P, p, n+1, S)`, their cumulative sums (leading zero row).
-    - `root_cum`: `(P, p, n+1, C)`, cumulative stat vectors in each feature's order.
+    - `full_scan`: `(P, p, n+1, S)`, their cumulative sums (leading zero row); empty
+      `(P, p, 1, S)` for two-class counts, whose sweeps never read it.
+    - `root_cum`: `(P, p, n+1, C)`, cumulative stat vectors in each feature's order;
+      integer counts keep one channel, their summed weight (C = 1).
     - `scan`: `(P, n, S)`, scanned channels in sample order.
     - `layout_of`: `(P,)`, the layout of each problem.
     """
@@ -117,7 +119,7 @@ class SweepData(eqx.Module):
         bucket = count_bucket(count, count_base) if count > 1 else 1
         layout_of = np.concatenate([np.asarray(layout_of, dtype=np.int32),
                                     np.zeros(bucket - count, np.int32)])
-        tables = _stat_tables([pr.stats for pr in problems], perm[layout_of[:count]], bucket,
+        tables = _stat_tables([pr.stats for pr in problems], perm, layout_of, bucket,
                               binary=binary, loss_kind=first.loss_kind,
                               field_bits=field_bits, scan_dtype=scan_dtype)
         # One transfer for all arrays: each separate device_put costs ~0.2 ms.
@@ -138,14 +140,20 @@ class SweepData(eqx.Module):
         return int(self.perm.shape[-1])
 
 
-def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, bucket: int, *, binary: bool,
-                 loss_kind: str, field_bits: int, scan_dtype) -> dict[str, np.ndarray]:
-    """Host stat tables of `SweepData` for problems whose orders are `perm` `(P, p, n_pad)`.
+def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarray,
+                 bucket: int, *, binary: bool, loss_kind: str, field_bits: int,
+                 scan_dtype) -> dict[str, np.ndarray]:
+    """Host stat tables of `SweepData`; problem i is laid out as `perm[layout_of[i]]`.
 
     Built for all problems at once (stats padded with zero samples, as the layouts
-    are), then padded with all-zero problems up to `bucket`.
+    are), then padded with all-zero problems up to `bucket`. Integer counts keep one
+    channel of `root_cum`, the summed weight, which is all their set totals need (a
+    loss is total weight minus a score), and two-class counts, whose sweeps never read
+    `full_scan`, get an empty one: at 1,000 bootstrap problems these tables were the
+    largest host cost of a batch.
     """
-    count, p, n_pad = perm.shape
+    count = len(stats)
+    L, p, n_pad = perm.shape
     C = stats[0].shape[1]
     st = np.zeros((count, n_pad, C), dtype=stats[0].dtype)
     for i, one in enumerate(stats):
@@ -160,12 +168,22 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, bucket: int, *, bina
         scan = pack_counts(scan.astype(np.int64).reshape(-1, scan.shape[-1]),
                            field_bits).reshape(count, n_pad, -1)
     scan = scan.astype(scan_dtype)
-    # One flat take per array (much faster than a two-array fancy index).
-    flat = (perm + (np.arange(count) * n_pad)[:, None, None]).reshape(-1)
+    integer_counts = loss_kind == "count"
+    if integer_counts:
+        total = int(st.sum(axis=(1, 2)).max(initial=0))
+        mass_dtype = np.int16 if total < 2**15 else np.int32
+        st = st.sum(axis=2, keepdims=True, dtype=mass_dtype)
+    if L == 1:  # one shared layout: a take along the sample axis
+        def in_order(a):  # (count, n_pad, k) -> (count, p, n_pad, k)
+            return np.take(a, perm[0], axis=1)
+    else:
+        # One flat take per array (much faster than a two-array fancy index).
+        flat = (perm[layout_of[:count]]
+                + (np.arange(count) * n_pad)[:, None, None]).reshape(-1)
 
-    def in_order(a):  # (count, n_pad, k) -> (count, p, n_pad, k)
-        return np.take(a.reshape(count * n_pad, -1), flat, axis=0).reshape(
-            count, p, n_pad, -1)
+        def in_order(a):
+            return np.take(a.reshape(count * n_pad, -1), flat, axis=0).reshape(
+                count, p, n_pad, -1)
 
     def cumulative(a):  # (count, p, n_pad, k) -> (bucket, p, n_pad + 1, k)
         out = np.zeros((bucket, p, n_pad + 1, a.shape[-1]), dtype=a.dtype)
@@ -176,7 +194,11 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, bucket: int, *, bina
         return np.concatenate([a, np.zeros((bucket - count, *a.shape[1:]), a.dtype)])
 
     sorted_scan = in_order(scan)
-    return {"sorted_scan": padded(sorted_scan), "full_scan": cumulative(sorted_scan),
+    if binary and integer_counts:
+        full_scan = np.zeros((bucket, p, 1, 1), dtype=scan.dtype)
+    else:
+        full_scan = cumulative(sorted_scan)
+    return {"sorted_scan": padded(sorted_scan), "full_scan": full_scan,
             "root_cum": cumulative(in_order(st)), "scan": padded(scan)}
 
 
@@ -513,3 +535,98 @@ def sweep_gathered(
     return jax.vmap(functools.partial(_gathered_row, data, length=length))(
         problem, f0, f, lo, hi, cuts
     )
+
+
+# -- problem-parallel sweeps of a shared layout -------------------------------------------
+# Problems that share one layout (a batch of bootstrap weightings or folds) read the same
+# orders and root positions; only their signed counts and cuts differ. `sweep_grid`
+# therefore walks each feature's order once, one sample per step, and keeps the running
+# prefix sums of every (feature, root feature, cut, problem) in the vector lanes: the
+# two-class score needs only each prefix sum's running maximum and minimum
+# (`_binary_full_row`), so a step is a dozen lane-wise integer operations and nothing
+# is gathered or stored per step.
+
+
+def _grid_step(cuts, carry, step):
+    total, left, top_l, bottom_l, top_r, bottom_r = carry
+    x, key, valid = step  # (p, Q) signed counts, (p, p0) root positions, (p,) valid
+    zero = jnp.zeros((), left.dtype)
+    inside = key[:, :, None, None] < cuts[None]  # (p, p0, K, Q)
+    left = left + jnp.where(inside, x[:, None, None, :], zero)
+    total = total + x
+    right = total[:, None, None, :] - left
+    at = valid[:, None, None, None]
+    # Prefix sums at invalid positions are replaced by 0, the empty prefix's, which
+    # is always a candidate (it scores |T|): the extremes are unchanged.
+    top_l = jnp.maximum(top_l, jnp.where(at, left, zero))
+    bottom_l = jnp.minimum(bottom_l, jnp.where(at, left, zero))
+    top_r = jnp.maximum(top_r, jnp.where(at, right, zero))
+    bottom_r = jnp.minimum(bottom_r, jnp.where(at, right, zero))
+    return (total, left, top_l, bottom_l, top_r, bottom_r), None
+
+
+@jax.jit
+def sweep_grid(
+    data: SweepData, problem: Int[Array, " Q"], cuts: Int[Array, "p0 K Q"]
+) -> tuple[Shaped[Array, "p p0 K Q"], Shaped[Array, "p p0 K Q"]]:
+    """`sweep_full` for every (root feature, feature) pair of Q two-class problems.
+
+    All problems must use layout 0 (`data.layout_of`). `cuts[f0, :, q]` are problem
+    `problem[q]`'s cuts in root feature f0's order (0 for an unused slot).
+
+    **Returns:** `(prefix, suffix)` losses, `[f, f0, k, q]` = `L1(prefix_c, f)` and
+    `L1(suffix_c, f)` at `c = cuts[f0, k, q]`: the same integers `sweep_full` returns.
+    """
+    dtype = data.sorted_scan.dtype
+    n = data.length
+    key_dtype = jnp.int16 if n < 2**15 else jnp.int32
+    xs = jnp.transpose(data.sorted_scan[problem, :, :, 0], (2, 1, 0))  # (n, p, Q)
+    keys = jnp.transpose(data.rank_in_root[0], (2, 1, 0)).astype(key_dtype)  # (n, p, p0)
+    valid = jnp.transpose(data.cut_valid[0, :, 1:])  # (n, p)
+    p, Q = xs.shape[1], xs.shape[2]
+    p0, K, _ = cuts.shape
+    lanes = jnp.zeros((p, p0, K, Q), dtype)
+    carry = (jnp.zeros((p, Q), dtype), lanes, lanes, lanes, lanes, lanes)
+    step = functools.partial(_grid_step, cuts.astype(key_dtype))
+    (total, left, top_l, bottom_l, top_r, bottom_r), _ = jax.lax.scan(
+        step, carry, (xs, keys, valid))
+    wide = jnp.int64 if dtype == jnp.int64 else jnp.int32
+
+    def best(part_total, top, bottom):
+        part_total, top, bottom = (v.astype(wide) for v in (part_total, top, bottom))
+        return jnp.maximum(jnp.abs(part_total),
+                           jnp.maximum(2 * top - part_total, part_total - 2 * bottom))
+
+    right = total[:, None, None, :] - left
+    # Set totals: cumulative counts in f0's order at each cut (O(1) per cut).
+    cum = data.root_cum[problem]  # (Q, p0, n+1, C)
+    at_cut = jnp.take_along_axis(cum, jnp.transpose(cuts, (2, 0, 1))[..., None], axis=2)
+    pre_tot = jnp.sum(at_cut, axis=-1).astype(wide)  # (Q, p0, K)
+    suf_tot = jnp.sum(cum[:, :, -1], axis=-1).astype(wide)[..., None] - pre_tot
+    pre_tot = jnp.transpose(pre_tot, (1, 2, 0))[None]  # (1, p0, K, Q)
+    suf_tot = jnp.transpose(suf_tot, (1, 2, 0))[None]
+    prefix = (pre_tot - best(left, top_l, bottom_l)) // 2
+    suffix = (suf_tot - best(right, top_r, bottom_r)) // 2
+    return prefix, suffix
+
+
+@jax.jit
+def best_stumps(
+    data: SweepData, problem: Int[Array, " Q"], valid: Bool[Array, "Q p n1"]
+) -> tuple[Shaped[Array, "Q p"], Int[Array, "Q p"]]:
+    """Best stump of all samples on each feature, for Q two-class problems.
+
+    `valid[q, f, k]`: problem `problem[q]` may cut before sorted position k of f (its
+    own `cut_valid`, padded with False to `length + 1`).
+
+    **Returns:** `(losses, positions)`, the host `stump_losses` of every sample: the
+    same losses, ties to the lowest position.
+    """
+    d = data.sorted_scan[problem, :, :, 0].astype(jnp.int32)  # (Q, p, n)
+    left = jnp.concatenate([jnp.zeros_like(d[..., :1]), _cumsum(d, axis=2)], axis=2)
+    total = left[..., -1:]
+    score = jnp.where(valid, jnp.abs(left) + jnp.abs(total - left), -1)
+    position = jnp.argmax(score, axis=2)  # the first of equal scores
+    best = jnp.take_along_axis(score, position[..., None], axis=2)[..., 0]
+    mass = data.root_cum[problem, 0, -1, 0].astype(jnp.int32)  # the problem's weight
+    return (mass[:, None] - best) / 2, position

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from ._data import Problem
-from ._kernels import SweepData, sweep_full, sweep_gathered, sweep_windowed
+from ._kernels import SweepData, best_stumps, sweep_full, sweep_gathered, sweep_grid, sweep_windowed
 
 # Elements of the (chunk, cuts, length, channels) intermediate processed at once:
 # small enough to stay in cache (DESIGN.md: 16-64 rows of a few thousand samples).
@@ -32,6 +32,11 @@ MAX_CUTS = 32  # cuts per row per call; more are split into blocks
 # Windows longer than n / GATHER_SHARE are scanned in place rather than gathered.
 GATHER_SHARE = 4
 WINDOW_CUTS = 8  # cuts per call for windowed and gathered rows
+# Full sweeps of every feature for at least this many problems of one shared two-class
+# layout go to `sweep_grid`, GRID_BLOCK problems per call (the problems are its vector
+# lanes: 64-128 ran 0.14-0.17 ms per problem at n = 1000, p = 10; 32 ran 5x slower).
+GRID_MIN_PROBLEMS = 32
+GRID_BLOCK = 128
 
 _COMPILED: dict[tuple, object] = {}
 # Threads issuing kernel calls: measured 1.35x more calls per second than one on the
@@ -92,8 +97,9 @@ class KernelRunner:
 
     @staticmethod
     def _key_of(data: SweepData) -> tuple:
-        leaves = jax.tree_util.tree_leaves(data)
-        return data.loss_kind, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves)
+        leaves, structure = jax.tree_util.tree_flatten(data)
+        # The structure holds the static fields (loss kind, two-class, packing).
+        return structure, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves)
 
     def for_compact(self, problems: list[Problem]) -> KernelRunner:
         """A runner for `compact(...)` subsets, each laid out on its own samples.
@@ -206,7 +212,132 @@ class KernelRunner:
         `problem_index`).
         """
         problem = self._rows_of(problem, len(f0))
+        grid = self._grid_tuples(problem, f0, f, cuts)
+        if grid is not None:
+            return self._run_grid(*grid)
         return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
+
+    def _grid_tuples(self, problem, f0, f, cuts):
+        """`(problem, f0, cuts)` per tuple when `sweep_grid` can serve these rows.
+
+        That is: a shared two-class layout, rows that come as whole tuples (every
+        feature, in order, with the tuple's problem, root feature and cuts), at most
+        one tuple per (problem, root feature), and enough problems to fill the lanes.
+        """
+        p = int(self.data.perm.shape[1])
+        rows = len(f)
+        if not self.can_sweep_grid() or rows % p:
+            return None
+        T = rows // p
+        by_tuple = [a.reshape(T, p) for a in (problem, f0)]
+        if not (f.reshape(T, p) == np.arange(p)).all() or any(
+                (a != a[:, :1]).any() for a in by_tuple):
+            return None
+        tuple_cuts = cuts.reshape(T, p, -1)
+        if (tuple_cuts != tuple_cuts[:, :1]).any():
+            return None
+        tuple_problem, tuple_f0 = (a[:, 0] for a in by_tuple)
+        pair = tuple_problem.astype(np.int64) * p + tuple_f0
+        if len(np.unique(pair)) < T or len(np.unique(tuple_problem)) < GRID_MIN_PROBLEMS:
+            return None
+        return tuple_problem, tuple_f0, tuple_cuts[:, 0]
+
+    def _problem_axis(self):
+        """`(data, place)`: `place(array, axis)` splits the problem axis over the devices.
+
+        The problems of a `sweep_grid` or `best_stumps` call are independent vector
+        lanes, so with several devices each gets a share of them (the data replicated).
+        """
+        shardings = _shardings()
+        if shardings is None or GRID_BLOCK % jax.device_count():
+            return self.data, lambda array, axis: array
+        mesh = shardings[0].mesh
+
+        def place(array, axis):
+            spec = [None] * array.ndim
+            spec[axis] = "rows"
+            return jax.device_put(array, jax.sharding.NamedSharding(
+                mesh, jax.sharding.PartitionSpec(*spec)))
+
+        return self._replicated(shardings[1]), place
+
+    def _run_grid(self, problem, f0, cuts):
+        """Rows of whole tuples (see `_grid_tuples`) swept by `sweep_grid`."""
+        data = self.data
+        p, n = int(data.perm.shape[1]), data.length
+        T, K = cuts.shape
+        if (cuts == cuts[:, :1]).all():  # one cut repeated (the greedy start): sweep it once
+            K = 1
+        problems, slot = np.unique(problem, return_inverse=True)
+        blocks = -(-len(problems) // GRID_BLOCK)
+        lane_problem = np.zeros(blocks * GRID_BLOCK, dtype=np.int32)
+        lane_problem[: len(problems)] = problems
+        lane_cuts = np.zeros((blocks, p, K, GRID_BLOCK), dtype=np.int32)
+        block, lane = np.divmod(slot, GRID_BLOCK)
+        lane_cuts[block, f0, :, lane] = cuts[:, :K]
+        out_pre = np.empty((T, p, cuts.shape[1]))
+        out_suf = np.empty((T, p, cuts.shape[1]))
+        data, place = self._problem_axis()
+        args = (data, place(lane_problem[:GRID_BLOCK], 0), place(lane_cuts[0], 2))
+        exe = self._executable("grid", sweep_grid, args, {})
+
+        def run_block(b: int) -> None:
+            pre, suf = exe(data, place(lane_problem[b * GRID_BLOCK : (b + 1) * GRID_BLOCK], 0),
+                           place(lane_cuts[b], 2))
+            mine = np.nonzero(block == b)[0]
+            # [f, f0, k, lane] -> rows of (tuple, f), cuts k
+            out_pre[mine] = np.asarray(pre)[:, f0[mine], :, lane[mine]]
+            out_suf[mine] = np.asarray(suf)[:, f0[mine], :, lane[mine]]
+
+        if blocks > 1 and _POOL is not None:
+            list(_POOL.map(run_block, range(blocks)))
+        else:
+            for b in range(blocks):
+                run_block(b)
+        self.counters.rows_evaluated += T * p
+        self.counters.cut_evaluations += T * p * cuts.shape[1]
+        self.counters.cut_elements += blocks * GRID_BLOCK * p * p * K * n
+        return out_pre.reshape(T * p, -1), out_suf.reshape(T * p, -1)
+
+    def can_sweep_grid(self) -> bool:
+        """Whether this data serves `sweep_grid` and `best_stumps`: shared two-class layout."""
+        data = self.data
+        return (data.binary and data.rank_in_root.shape[0] == 1
+                and np.issubdtype(np.dtype(data.scan_dtype), np.integer))
+
+    def stumps(self, problem: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`stump_losses` of all samples for two-class problems of a shared layout.
+
+        `valid`: `(len(problem), p, n+1)`, each problem's `cut_valid`. Returns `(losses,
+        positions)`, each `(len(problem), p)`.
+        """
+        Q, p, width = valid.shape
+        n = self.data.length
+        losses = np.empty((Q, p))
+        positions = np.empty((Q, p), dtype=np.int64)
+        blocks = -(-Q // GRID_BLOCK)
+        lanes = np.zeros(blocks * GRID_BLOCK, dtype=np.int32)
+        lanes[:Q] = problem
+        data, place = self._problem_axis()
+        padded = np.zeros((GRID_BLOCK, p, n + 1), dtype=bool)
+        exe = self._executable("stumps", best_stumps,
+                               (data, place(lanes[:GRID_BLOCK], 0), place(padded, 0)), {})
+
+        def run_block(b: int) -> None:
+            rows = slice(b * GRID_BLOCK, min(Q, (b + 1) * GRID_BLOCK))
+            mask = np.zeros((GRID_BLOCK, p, n + 1), dtype=bool)
+            mask[: rows.stop - rows.start, :, :width] = valid[rows]
+            loss, at = exe(data, place(lanes[b * GRID_BLOCK : (b + 1) * GRID_BLOCK], 0),
+                           place(mask, 0))
+            losses[rows] = np.asarray(loss)[: rows.stop - rows.start]
+            positions[rows] = np.asarray(at)[: rows.stop - rows.start]
+
+        if blocks > 1 and _POOL is not None:
+            list(_POOL.map(run_block, range(blocks)))
+        else:
+            for b in range(blocks):
+                run_block(b)
+        return losses, positions
 
     def window(self, f0, f, lo, hi, cuts, problem=None):
         """As `full`, restricted to samples at positions [lo, hi) of f0's order.

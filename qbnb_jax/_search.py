@@ -46,6 +46,8 @@ class Search:
         self.runner = runner
         self.incumbent = float(cutoff)
         self._splits = None
+        # (f0, t, f1, f2) of a depth-2 incumbent found by `_depth2` (None otherwise)
+        self.depth2_spec: tuple[int, int, int, int] | None = None
         self.lower_bound = -np.inf
         self.status = "optimal"
         self.iterations = 0

@@ -166,10 +166,15 @@ def solve(
     return _make_result(search, depth)
 
 
-def _make_result(search: Search, depth: int) -> SolveResult:
+def _make_result(search: Search, depth: int, built: tuple[Tree, float] | None = None
+                 ) -> SolveResult:
+    """The result of a finished search; `built`: its tree and objective, if known."""
     problem = search.problem
-    tree = build_tree(problem, search.splits)
-    objective = tree_objective(tree, problem)
+    if built is None:
+        tree = build_tree(problem, search.splits)
+        objective = tree_objective(tree, problem)
+    else:
+        tree, objective = built
     lower = max(0.0, min(search.lower_bound, objective))  # losses are never negative
     if search.status == "optimal" and search.exact:
         lower = objective

@@ -158,10 +158,11 @@ import numpy as np, jax, qbnb_jax
 rng = np.random.default_rng(1)
 X = np.round(rng.normal(size=(60, 3)), 1)
 y = rng.integers(0, 3, 60)
-W = rng.multinomial(60, np.full(60, 1 / 60), size=4)
+W = rng.multinomial(60, np.full(60, 1 / 60), size=40)  # enough for the problem-lane kernels
+y2 = y % 2  # two classes: depth 2 takes `sweep_grid`
 out = [[r.objective, r.tree.feature.tolist(), np.nan_to_num(r.tree.threshold).tolist()]
-       for depth in (2, 3) for r in qbnb_jax.solve_batch(X, y, W, task="classification",
-                                                         depth=depth)]
+       for labels, depth, rows in ((y, 2, W), (y2, 2, W), (y, 3, W[:4]))
+       for r in qbnb_jax.solve_batch(X, labels, rows, task="classification", depth=depth)]
 json.dump({"devices": jax.device_count(), "results": out}, sys.stdout)
 """
 

@@ -33,9 +33,34 @@ def test_stumps_of_all_shared_equals_one_by_one(n_classes):
     X = np.round(rng.normal(size=(200, 5)), 1)  # many ties
     y = rng.integers(0, n_classes, 200)
     base = make_problem(X, y, task="classification")
-    problems = base.reweighted(rng.integers(0, 3, (37, 200)).astype(float))
+    problems, _ = base.reweighted(rng.integers(0, 3, (37, 200)).astype(float))
     losses, positions = stumps_of_all_shared(problems)
     for q, problem in enumerate(problems):
         want_losses, want_positions = stump_losses(problem, np.ones(problem.n, dtype=bool))
         np.testing.assert_array_equal(losses[q], want_losses)
         np.testing.assert_array_equal(positions[q], want_positions)
+
+
+@pytest.mark.parametrize("n", [1, 2, 9, 150])
+def test_reweighted_numbers_thresholds_as_a_weighted_solve(n):
+    """`reweighted` keeps zero-weight rows yet numbers its thresholds as `make_problem`
+    with those weights (rows dropped) does: the same count per feature, and the same
+    weight left of every threshold index. Ties and zero weights on purpose."""
+    rng = np.random.default_rng(n)
+    X = np.round(rng.normal(size=(n, 4)), 1)
+    X[:, 3] = 0.5  # a constant feature
+    y = rng.integers(0, 3, n)
+    W = rng.integers(0, 3, (23, n)).astype(float)
+    W[W.sum(axis=1) == 0, 0] = 1.0
+    base = make_problem(X, y, task="classification")
+    problems, tables = base.reweighted(W, block=5)
+    for q, (problem, w) in enumerate(zip(problems, W)):
+        alone = make_problem(X, y, task="classification", sample_weight=w)
+        np.testing.assert_array_equal(problem.n_thresholds, alone.n_thresholds)
+        for f in range(4):
+            u = alone.n_thresholds[f]
+            np.testing.assert_array_equal(problem.slack_left[f, : u + 1],
+                                          alone.slack_left[f, : u + 1])
+            assert (problem.cut_pos[f, u + 1 :] == n).all()
+        np.testing.assert_array_equal(tables.cut_pos[q], problem.cut_pos)
+        np.testing.assert_array_equal(tables.slack_left[q], problem.slack_left)
