@@ -75,19 +75,18 @@ def solve_batch(
     start = time.perf_counter()
     base = make_problem(X, y, task=task)
     W = _as_weight_matrix(sample_weights, base.n)
-    checked = [as_sample_weight(w, base.n) for w in W]
-    integral = all(flag for _, flag in checked)
+    integral = _check_rows(W)
     options = dict(depth=depth, bound=bound, s=s, time_limit=time_limit, progress=progress,
                    start=start)
     if task == "classification" and integral:
         # Integer counts are exact in any order: one shared layout for every problem.
-        problems, tables = base.reweighted(np.stack([w for w, _ in checked]))
+        problems, tables = base.reweighted(W)
         return _solve_problems([base], problems, [0] * len(problems), tables=tables,
                                **options)
     # Float sums depend on the order of the samples summed, zero-weight ones included;
     # to take solve()'s exact path (and tie-breaks) each problem gets the layout of its
     # own samples, as solve() builds it.
-    problems = [make_problem(X, y, task=task, sample_weight=w) for w, _ in checked]
+    problems = [make_problem(X, y, task=task, sample_weight=w) for w in W]
     return _solve_problems(problems, problems, list(range(len(problems))), **options)
 
 
@@ -130,6 +129,22 @@ def _as_weight_matrix(sample_weights, n: int) -> np.ndarray:
     if W.ndim != 2 or W.shape[1] != n or W.shape[0] == 0:
         raise ValueError(f"sample_weights must have shape (P, {n}) with P >= 1; got {W.shape}.")
     return W
+
+
+def _check_rows(W: np.ndarray) -> bool:
+    """Validate each row as `as_sample_weight` does; True when every weight is integral.
+
+    Checked for the whole matrix at once; a failing matrix is rechecked row by row,
+    which raises the same error a single solve would.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        totals = W.sum(axis=1)
+        valid = (np.isfinite(W).all() and (W >= 0).all() and (W > 0).any(axis=1).all()
+                 and np.isfinite(totals).all())
+    if not valid:
+        for w in W:
+            as_sample_weight(w, W.shape[1])
+    return bool(np.all(W == np.round(W))) and float(totals.max()) < 2**30
 
 
 def _common_stats(problems: list[Problem]) -> list[np.ndarray]:

@@ -30,15 +30,18 @@ import numpy as np
 
 from ._data import ThresholdTables
 from ._host import stump_losses, stumps_of_all_shared
-from ._runner import GRID_MIN_PROBLEMS, KernelRunner
+from ._runner import GRID_MIN_PROBLEMS, KernelRunner, pow2_at_least
 from ._search import RTOL, Search
 
 # The paper's s' = floor(0.6 n s / (b - a)) for W1, capped to keep rows short.
 W1_FACTOR = 0.6
 W1_MAX_SUBCUTS = 64
 W1_MAX_SHARE = 8  # W1 refines only pieces with at most n / 8 samples
-# Tuples processed per block: the host arrays of one step grow as tuples x s x p^2.
+# Tuples processed per block: the host arrays of one step hold tuples x (s + 3) x p
+# entries, at most MAX_BLOCK_ELEMENTS (8 MB of float64) per array, and at least 4096
+# tuples. Larger blocks let the problem-lane sweep take a batch's first iteration whole.
 MAX_CAPACITY = 4096
+MAX_BLOCK_ELEMENTS = 1 << 20
 
 
 def row_searchsorted(table: np.ndarray, rows: np.ndarray, values: np.ndarray,
@@ -86,9 +89,10 @@ class Depth2Search:
         self.time_limit, self.start = first.time_limit, first.start
         self.progress = first.progress if len(searches) == 1 else None
         self.capacity = first.capacity
-        self.max_capacity = max(self.capacity, MAX_CAPACITY)
         problems = [search.problem for search in searches]
         self.p = problems[0].p
+        fits = pow2_at_least(MAX_BLOCK_ELEMENTS // (self.p * (self.s + 3)) + 1) // 2
+        self.max_capacity = max(self.capacity, MAX_CAPACITY, fits)
         P = len(problems)
         if tables is None:
             tables = stack_tables(problems)

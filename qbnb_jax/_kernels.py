@@ -173,33 +173,31 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
         total = int(st.sum(axis=(1, 2)).max(initial=0))
         mass_dtype = np.int16 if total < 2**15 else np.int32
         st = st.sum(axis=2, keepdims=True, dtype=mass_dtype)
-    if L == 1:  # one shared layout: a take along the sample axis
-        def in_order(a):  # (count, n_pad, k) -> (count, p, n_pad, k)
-            return np.take(a, perm[0], axis=1)
-    else:
-        # One flat take per array (much faster than a two-array fancy index).
-        flat = (perm[layout_of[:count]]
-                + (np.arange(count) * n_pad)[:, None, None]).reshape(-1)
-
-        def in_order(a):
-            return np.take(a.reshape(count * n_pad, -1), flat, axis=0).reshape(
-                count, p, n_pad, -1)
+    def in_order(a, rows: int):  # (count, n_pad, k) -> (rows >= count, p, n_pad, k)
+        out = np.zeros((rows, p, n_pad, a.shape[-1]), dtype=a.dtype)
+        if L == 1:  # one shared layout: a take along the sample axis
+            np.take(a, perm[0], axis=1, out=out[:count], mode="clip")
+        else:  # one flat take per array (much faster than a two-array fancy index)
+            flat = (perm[layout_of[:count]]
+                    + (np.arange(count) * n_pad)[:, None, None]).reshape(-1)
+            np.take(a.reshape(count * n_pad, -1), flat, axis=0,
+                    out=out[:count].reshape(-1, a.shape[-1]), mode="clip")
+        return out
 
     def cumulative(a):  # (count, p, n_pad, k) -> (bucket, p, n_pad + 1, k)
         out = np.zeros((bucket, p, n_pad + 1, a.shape[-1]), dtype=a.dtype)
         np.cumsum(a, axis=2, dtype=a.dtype, out=out[:count, :, 1:])
         return out
 
-    def padded(a):
-        return np.concatenate([a, np.zeros((bucket - count, *a.shape[1:]), a.dtype)])
-
-    sorted_scan = in_order(scan)
+    sorted_scan = in_order(scan, bucket)  # padding problems stay zero
     if binary and integer_counts:
         full_scan = np.zeros((bucket, p, 1, 1), dtype=scan.dtype)
     else:
-        full_scan = cumulative(sorted_scan)
-    return {"sorted_scan": padded(sorted_scan), "full_scan": full_scan,
-            "root_cum": cumulative(in_order(st)), "scan": padded(scan)}
+        full_scan = cumulative(sorted_scan[:count])
+    scan_padded = np.zeros((bucket, *scan.shape[1:]), dtype=scan.dtype)
+    scan_padded[:count] = scan
+    return {"sorted_scan": sorted_scan, "full_scan": full_scan,
+            "root_cum": cumulative(in_order(st, count)), "scan": scan_padded}
 
 
 def packing_bits(total: int) -> int:
@@ -549,9 +547,9 @@ def sweep_gathered(
 
 def _grid_step(cuts, carry, step):
     total, left, top_l, bottom_l, top_r, bottom_r = carry
-    x, key, valid = step  # (p, Q) signed counts, (p, p0) root positions, (p,) valid
+    x, key, valid = step  # (p, Q) signed counts, (p, S) root positions, (p,) valid
     zero = jnp.zeros((), left.dtype)
-    inside = key[:, :, None, None] < cuts[None]  # (p, p0, K, Q)
+    inside = key[:, :, None, None] < cuts[None]  # (p, S, K, Q)
     left = left + jnp.where(inside, x[:, None, None, :], zero)
     total = total + x
     right = total[:, None, None, :] - left
@@ -567,25 +565,26 @@ def _grid_step(cuts, carry, step):
 
 @jax.jit
 def sweep_grid(
-    data: SweepData, problem: Int[Array, " Q"], cuts: Int[Array, "p0 K Q"]
-) -> tuple[Shaped[Array, "p p0 K Q"], Shaped[Array, "p p0 K Q"]]:
-    """`sweep_full` for every (root feature, feature) pair of Q two-class problems.
+    data: SweepData, problem: Int[Array, " Q"], slot_f0: Int[Array, " S"],
+    cuts: Int[Array, "S K Q"]
+) -> tuple[Shaped[Array, "p S K Q"], Shaped[Array, "p S K Q"]]:
+    """`sweep_full` for every feature of Q two-class problems at S root features.
 
-    All problems must use layout 0 (`data.layout_of`). `cuts[f0, :, q]` are problem
-    `problem[q]`'s cuts in root feature f0's order (0 for an unused slot).
+    All problems must use layout 0 (`data.layout_of`). `cuts[s, :, q]` are problem
+    `problem[q]`'s cuts in root feature `slot_f0[s]`'s order (0 where unused).
 
-    **Returns:** `(prefix, suffix)` losses, `[f, f0, k, q]` = `L1(prefix_c, f)` and
-    `L1(suffix_c, f)` at `c = cuts[f0, k, q]`: the same integers `sweep_full` returns.
+    **Returns:** `(prefix, suffix)` losses, `[f, s, k, q]` = `L1(prefix_c, f)` and
+    `L1(suffix_c, f)` at `c = cuts[s, k, q]`: the same integers `sweep_full` returns.
     """
     dtype = data.sorted_scan.dtype
     n = data.length
     key_dtype = jnp.int16 if n < 2**15 else jnp.int32
     xs = jnp.transpose(data.sorted_scan[problem, :, :, 0], (2, 1, 0))  # (n, p, Q)
-    keys = jnp.transpose(data.rank_in_root[0], (2, 1, 0)).astype(key_dtype)  # (n, p, p0)
+    keys = jnp.transpose(data.rank_in_root[0][slot_f0], (2, 1, 0)).astype(key_dtype)  # (n, p, S)
     valid = jnp.transpose(data.cut_valid[0, :, 1:])  # (n, p)
     p, Q = xs.shape[1], xs.shape[2]
-    p0, K, _ = cuts.shape
-    lanes = jnp.zeros((p, p0, K, Q), dtype)
+    S, K, _ = cuts.shape
+    lanes = jnp.zeros((p, S, K, Q), dtype)
     carry = (jnp.zeros((p, Q), dtype), lanes, lanes, lanes, lanes, lanes)
     step = functools.partial(_grid_step, cuts.astype(key_dtype))
     (total, left, top_l, bottom_l, top_r, bottom_r), _ = jax.lax.scan(
@@ -599,11 +598,11 @@ def sweep_grid(
 
     right = total[:, None, None, :] - left
     # Set totals: cumulative counts in f0's order at each cut (O(1) per cut).
-    cum = data.root_cum[problem]  # (Q, p0, n+1, C)
+    cum = data.root_cum[problem][:, slot_f0]  # (Q, S, n+1, C)
     at_cut = jnp.take_along_axis(cum, jnp.transpose(cuts, (2, 0, 1))[..., None], axis=2)
-    pre_tot = jnp.sum(at_cut, axis=-1).astype(wide)  # (Q, p0, K)
+    pre_tot = jnp.sum(at_cut, axis=-1).astype(wide)  # (Q, S, K)
     suf_tot = jnp.sum(cum[:, :, -1], axis=-1).astype(wide)[..., None] - pre_tot
-    pre_tot = jnp.transpose(pre_tot, (1, 2, 0))[None]  # (1, p0, K, Q)
+    pre_tot = jnp.transpose(pre_tot, (1, 2, 0))[None]  # (1, S, K, Q)
     suf_tot = jnp.transpose(suf_tot, (1, 2, 0))[None]
     prefix = (pre_tot - best(left, top_l, bottom_l)) // 2
     suffix = (suf_tot - best(right, top_r, bottom_r)) // 2

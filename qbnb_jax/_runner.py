@@ -37,6 +37,10 @@ WINDOW_CUTS = 8  # cuts per call for windowed and gathered rows
 # lanes: 64-128 ran 0.14-0.17 ms per problem at n = 1000, p = 10; 32 ran 5x slower).
 GRID_MIN_PROBLEMS = 32
 GRID_BLOCK = 128
+# A lane-sample of `sweep_grid` cost about 1/17 of a row's cut-sample (0.17 against 2.9
+# ns on 2 threads, 1,000 bootstrap problems): the grid may compute up to this many times
+# the elements the rows ask for, as it does when a problem has few tuples left.
+GRID_ADVANTAGE = 16
 
 _COMPILED: dict[tuple, object] = {}
 # Threads issuing kernel calls: measured 1.35x more calls per second than one on the
@@ -209,38 +213,64 @@ class KernelRunner:
         """`L1(prefix_c, f)` and `L1(suffix_c, f)` over all samples, f0's order.
 
         `problem`: which of the data's problems each row belongs to (default:
-        `problem_index`).
+        `problem_index`). Many problems of a shared two-class layout go to
+        `sweep_grid` (see `_grid_plan`), the rest to `sweep_full`.
         """
         problem = self._rows_of(problem, len(f0))
-        grid = self._grid_tuples(problem, f0, f, cuts)
-        if grid is not None:
-            return self._run_grid(*grid)
+        plan = self._grid_plan(problem, f0, cuts)
+        if plan is not None:
+            return self._run_grid(plan, f, cuts.shape[1])
         return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
 
-    def _grid_tuples(self, problem, f0, f, cuts):
-        """`(problem, f0, cuts)` per tuple when `sweep_grid` can serve these rows.
+    def _grid_plan(self, problem, f0, cuts) -> dict | None:
+        """Where each row's cuts go in `sweep_grid`'s lanes, or None to sweep rows.
 
-        That is: a shared two-class layout, rows that come as whole tuples (every
-        feature, in order, with the tuple's problem, root feature and cuts), at most
-        one tuple per (problem, root feature), and enough problems to fill the lanes.
+        Rows come grouped by tuple (consecutive rows sharing problem, root feature and
+        cuts). The tuples of one (problem, root feature) share a lane group, their cuts
+        side by side; a slot per root feature present. The grid computes every feature
+        of every group, so it is chosen only when its lanes are at most GRID_ADVANTAGE
+        times the rows' cut-elements, and for at least GRID_MIN_PROBLEMS problems.
         """
+        rows = len(f0)
+        if not self.can_sweep_grid() or rows == 0:
+            return None
         p = int(self.data.perm.shape[1])
-        rows = len(f)
-        if not self.can_sweep_grid() or rows % p:
+        starts = np.ones(rows, dtype=bool)
+        starts[1:] = ((problem[1:] != problem[:-1]) | (f0[1:] != f0[:-1])
+                      | (cuts[1:] != cuts[:-1]).any(axis=1))
+        tuple_of_row = np.cumsum(starts) - 1
+        first_row = np.flatnonzero(starts)
+        t_problem, t_f0, t_cuts = problem[first_row], f0[first_row], cuts[first_row]
+        problems, t_lane = np.unique(t_problem, return_inverse=True)
+        if len(problems) < GRID_MIN_PROBLEMS:
             return None
-        T = rows // p
-        by_tuple = [a.reshape(T, p) for a in (problem, f0)]
-        if not (f.reshape(T, p) == np.arange(p)).all() or any(
-                (a != a[:, :1]).any() for a in by_tuple):
+        K = 1 if (t_cuts == t_cuts[:, :1]).all() else cuts.shape[1]  # the greedy start
+        # r: the tuple's place among the tuples of its (problem, root feature)
+        pair = t_problem.astype(np.int64) * p + t_f0
+        order = np.argsort(pair, kind="stable")
+        new_pair = np.r_[True, pair[order][1:] != pair[order][:-1]]
+        group_start = np.maximum.accumulate(np.where(new_pair, np.arange(len(order)), 0))
+        r = np.empty(len(order), dtype=np.int64)
+        r[order] = np.arange(len(order)) - group_start
+        slot_f0, t_slot = np.unique(t_f0, return_inverse=True)
+        slots = min(p, pow2_at_least(len(slot_f0)))
+        width = pow2_at_least((int(r.max()) + 1) * K)
+        blocks = -(-len(problems) // GRID_BLOCK)
+        grid_elements = blocks * GRID_BLOCK * slots * width * p
+        if grid_elements > GRID_ADVANTAGE * rows * pow2_at_least(cuts.shape[1]):
             return None
-        tuple_cuts = cuts.reshape(T, p, -1)
-        if (tuple_cuts != tuple_cuts[:, :1]).any():
-            return None
-        tuple_problem, tuple_f0 = (a[:, 0] for a in by_tuple)
-        pair = tuple_problem.astype(np.int64) * p + tuple_f0
-        if len(np.unique(pair)) < T or len(np.unique(tuple_problem)) < GRID_MIN_PROBLEMS:
-            return None
-        return tuple_problem, tuple_f0, tuple_cuts[:, 0]
+        lane_cuts = np.zeros((blocks, slots, width, GRID_BLOCK), dtype=np.int32)
+        t_block, t_lane = np.divmod(t_lane, GRID_BLOCK)
+        for k in range(K):
+            lane_cuts[t_block, t_slot, r * K + k, t_lane] = t_cuts[:, k]
+        lane_problem = np.zeros(blocks * GRID_BLOCK, dtype=np.int32)
+        lane_problem[: len(problems)] = problems
+        padded_f0 = np.zeros(slots, dtype=np.int32)
+        padded_f0[: len(slot_f0)] = slot_f0
+        return dict(K=K, lane_cuts=lane_cuts, lane_problem=lane_problem, slot_f0=padded_f0,
+                    block=t_block[tuple_of_row], slot=t_slot[tuple_of_row],
+                    offset=(r * K)[tuple_of_row], lane=t_lane[tuple_of_row],
+                    elements=grid_elements * self.data.length)
 
     def _problem_axis(self):
         """`(data, place)`: `place(array, axis)` splits the problem axis over the devices.
@@ -261,43 +291,37 @@ class KernelRunner:
 
         return self._replicated(shardings[1]), place
 
-    def _run_grid(self, problem, f0, cuts):
-        """Rows of whole tuples (see `_grid_tuples`) swept by `sweep_grid`."""
-        data = self.data
-        p, n = int(data.perm.shape[1]), data.length
-        T, K = cuts.shape
-        if (cuts == cuts[:, :1]).all():  # one cut repeated (the greedy start): sweep it once
-            K = 1
-        problems, slot = np.unique(problem, return_inverse=True)
-        blocks = -(-len(problems) // GRID_BLOCK)
-        lane_problem = np.zeros(blocks * GRID_BLOCK, dtype=np.int32)
-        lane_problem[: len(problems)] = problems
-        lane_cuts = np.zeros((blocks, p, K, GRID_BLOCK), dtype=np.int32)
-        block, lane = np.divmod(slot, GRID_BLOCK)
-        lane_cuts[block, f0, :, lane] = cuts[:, :K]
-        out_pre = np.empty((T, p, cuts.shape[1]))
-        out_suf = np.empty((T, p, cuts.shape[1]))
+    def _run_grid(self, plan: dict, f: np.ndarray, n_cuts: int):
+        """Rows swept by `sweep_grid`, as `_grid_plan` placed them."""
+        rows = len(f)
+        out_pre = np.empty((rows, n_cuts))
+        out_suf = np.empty((rows, n_cuts))
         data, place = self._problem_axis()
-        args = (data, place(lane_problem[:GRID_BLOCK], 0), place(lane_cuts[0], 2))
+        lane_problem, lane_cuts, slot_f0 = plan["lane_problem"], plan["lane_cuts"], plan["slot_f0"]
+        args = (data, place(lane_problem[:GRID_BLOCK], 0), slot_f0, place(lane_cuts[0], 2))
         exe = self._executable("grid", sweep_grid, args, {})
+        # each row's K cuts, at its group's offset (K = 1: one cut, repeated)
+        cut_index = plan["offset"][:, None] + np.arange(plan["K"])[None, :]
 
         def run_block(b: int) -> None:
             pre, suf = exe(data, place(lane_problem[b * GRID_BLOCK : (b + 1) * GRID_BLOCK], 0),
-                           place(lane_cuts[b], 2))
-            mine = np.nonzero(block == b)[0]
-            # [f, f0, k, lane] -> rows of (tuple, f), cuts k
-            out_pre[mine] = np.asarray(pre)[:, f0[mine], :, lane[mine]]
-            out_suf[mine] = np.asarray(suf)[:, f0[mine], :, lane[mine]]
+                           slot_f0, place(lane_cuts[b], 2))
+            mine = np.nonzero(plan["block"] == b)[0]
+            at = (f[mine, None], plan["slot"][mine, None], cut_index[mine],
+                  plan["lane"][mine, None])  # [f, slot, cut, lane]
+            out_pre[mine] = np.asarray(pre)[at]
+            out_suf[mine] = np.asarray(suf)[at]
 
+        blocks = len(lane_cuts)
         if blocks > 1 and _POOL is not None:
             list(_POOL.map(run_block, range(blocks)))
         else:
             for b in range(blocks):
                 run_block(b)
-        self.counters.rows_evaluated += T * p
-        self.counters.cut_evaluations += T * p * cuts.shape[1]
-        self.counters.cut_elements += blocks * GRID_BLOCK * p * p * K * n
-        return out_pre.reshape(T * p, -1), out_suf.reshape(T * p, -1)
+        self.counters.rows_evaluated += rows
+        self.counters.cut_evaluations += rows * n_cuts
+        self.counters.cut_elements += plan["elements"]
+        return out_pre, out_suf
 
     def can_sweep_grid(self) -> bool:
         """Whether this data serves `sweep_grid` and `best_stumps`: shared two-class layout."""

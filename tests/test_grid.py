@@ -33,13 +33,41 @@ def test_sweep_grid_equals_sweep_full(n):
         cuts = np.sort(rng.integers(0, n + 1, size=(4, K, 9)), axis=1).astype(np.int32)
         cuts[:, 0, :2] = 0  # empty prefixes
         cuts[:, -1, 2:4] = n  # empty suffixes
-        pre, suf = (np.asarray(a) for a in sweep_grid(data, np.arange(9, dtype=np.int32), cuts))
-        q, f0, f = (a.ravel() for a in np.meshgrid(np.arange(9), np.arange(4), np.arange(4),
-                                                   indexing="ij"))
-        want_pre, want_suf = sweep_full(data, q.astype(np.int32), f0.astype(np.int32),
-                                        f.astype(np.int32), cuts[f0, :, q])
-    np.testing.assert_array_equal(pre[f, f0, :, q], np.asarray(want_pre))
-    np.testing.assert_array_equal(suf[f, f0, :, q], np.asarray(want_suf))
+        slot_f0 = np.array([2, 0, 3, 2], dtype=np.int32)  # any root features, repeats too
+        pre, suf = (np.asarray(a) for a in sweep_grid(data, np.arange(9, dtype=np.int32),
+                                                      slot_f0, cuts))
+        q, slot, f = (a.ravel() for a in np.meshgrid(np.arange(9), np.arange(4), np.arange(4),
+                                                     indexing="ij"))
+        want_pre, want_suf = sweep_full(data, q.astype(np.int32), slot_f0[slot],
+                                        f.astype(np.int32), cuts[slot, :, q])
+    np.testing.assert_array_equal(pre[f, slot, :, q], np.asarray(want_pre))
+    np.testing.assert_array_equal(suf[f, slot, :, q], np.asarray(want_suf))
+
+
+def test_full_requests_on_the_grid_equal_rows(monkeypatch):
+    """`KernelRunner.full` on the grid path: tuples of one (problem, root feature)
+    side by side, subsets of features, a repeated single cut."""
+    monkeypatch.setattr(_runner, "GRID_ADVANTAGE", 10**6)  # the grid, however sparse
+    rng, _, _, _, base, problems, _ = shared_batch(2, 60, 4, 40)
+    with jax.enable_x64(True):
+        data = SweepData.from_problems([base], problems, [0] * len(problems))
+        runner = KernelRunner(problems[0], data)
+        rows = []
+        for q in range(40):
+            for _ in range(int(rng.integers(1, 4))):
+                f0 = int(rng.integers(0, 2))  # few root features: repeats per problem
+                cuts = np.sort(rng.integers(0, 61, 4))
+                if rng.random() < 0.2:
+                    cuts[:] = cuts[0]
+                for f in np.flatnonzero(rng.random(4) < 0.7) if q % 5 else range(4):
+                    rows.append((q, f0, f, *cuts))
+        rows = np.array(rows)
+        problem, f0, f, cuts = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3:]
+        assert runner._grid_plan(problem, f0, cuts) is not None
+        got = runner.full(f0, f, cuts, problem=problem)
+        want = sweep_full(data, *(a.astype(np.int32) for a in (problem, f0, f, cuts)))
+    np.testing.assert_array_equal(got[0], np.asarray(want[0]))
+    np.testing.assert_array_equal(got[1], np.asarray(want[1]))
 
 
 def test_best_stumps_equal_host():
