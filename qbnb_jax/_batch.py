@@ -14,7 +14,9 @@ returns the same tree.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import time
 from collections.abc import Callable, Sequence
 
@@ -72,6 +74,12 @@ def solve_batch(
         ```
     """
     _check_options(depth, bound, s, time_limit)
+    with _collector_paused():
+        return _solve_batch(X, y, sample_weights, task=task, depth=depth, bound=bound, s=s,
+                            time_limit=time_limit, progress=progress)
+
+
+def _solve_batch(X, y, sample_weights, *, task, depth, bound, s, time_limit, progress):
     start = time.perf_counter()
     base = make_problem(X, y, task=task)
     W = _as_weight_matrix(sample_weights, base.n)
@@ -110,6 +118,12 @@ def solve_many(
     start = time.perf_counter()
     if len(datasets) == 0:
         raise ValueError("datasets is empty: give at least one (X, y) pair.")
+    with _collector_paused():
+        return _solve_datasets(datasets, task=task, depth=depth, bound=bound, s=s,
+                               time_limit=time_limit, progress=progress, start=start)
+
+
+def _solve_datasets(datasets, *, task, depth, bound, s, time_limit, progress, start):
     problems = []
     for i, item in enumerate(datasets):
         if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
@@ -165,6 +179,23 @@ def _common_stats(problems: list[Problem]) -> list[np.ndarray]:
                   else np.concatenate([st, pad], 1))
         out.append(st)
     return out
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off for the duration (then back as it was).
+
+    A batch creates a few objects per problem, thousands in all, which triggered
+    collections that took 8% of a 1,000-problem batch's CPU time (perf); they hold no
+    reference cycles worth collecting meanwhile.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _solve_problems(layouts, problems, layout_of, *, depth, bound, s, time_limit, progress,

@@ -11,6 +11,8 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
+from ._parallel import run_all
+
 Task = Literal["classification", "regression"]
 # How leaf losses are computed from summed stat vectors:
 #   "count": integer class counts, exact;   "weighted": float class weights;
@@ -105,7 +107,7 @@ class Problem:
 
         Returns the problems and their threshold tables stacked (the problems hold
         views of them). Computed for `block` problems at a time, so the temporaries
-        stay in cache.
+        stay in cache, the blocks spread over threads (numpy releases the GIL).
         """
         n, p = self.n, self.p
         P = len(weights)
@@ -125,7 +127,8 @@ class Problem:
         slack_left = np.empty((P, p, n + 1), dtype=counts_dtype)
         integral = weights.astype(counts_dtype)
         stats = (self.stats[None] * integral[:, :, None]).astype(np.int32)
-        for b0 in range(0, P, block):
+
+        def fill(b0: int) -> None:  # problems b0 .. b0 + block - 1
             W = integral[b0 : b0 + block]
             B = len(W)
             w_sorted = W[:, self.perm]  # (B, p, n) in each feature's order
@@ -155,6 +158,8 @@ class Problem:
             slack[:] = cum_weight[:, -1:]  # thresholds past u(f): everything left
             slack[:, 0] = 0
             slack[row, rank] = cum_weight[row, k + 1]
+
+        run_all(fill, range(0, P, block))
         problems = [
             dataclasses.replace(self, stats=stats[i], cut_valid=cut_valid[i],
                                 cut_pos=cut_pos[i], n_thresholds=n_thresholds[i],

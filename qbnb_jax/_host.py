@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._data import Problem, midpoint
+from ._parallel import run_all
 from ._tree import LEAF, Tree
 
 
@@ -231,6 +232,9 @@ def tree_objective(tree: Tree, problem: Problem) -> float:
     return total
 
 
+TREE_CHUNK = 128  # problems per block of `depth2_trees_shared`
+
+
 def depth2_trees_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: np.ndarray,
                         specs: np.ndarray) -> list[tuple[Tree, float]]:
     """`build_tree` and `tree_objective` of depth-2 incumbents, for classification
@@ -243,59 +247,68 @@ def depth2_trees_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid:
     Counts are integers, so node values and objectives are exact sums.
     """
     first = problems[0]
-    P, n = len(problems), first.n
-    q = np.arange(P)
+    P, n, C = len(problems), first.n, len(first.classes)
     f0, t, f1, f2 = (np.asarray(c, dtype=np.int64) for c in specs.T)
-    weight = np.stack([pr.weight for pr in problems])  # (P, n)
-    stats = np.stack([pr.stats for pr in problems])  # (P, n, C)
-    k0 = cut_pos[q, f0, t]
-    left = first.rank[f0] < k0[:, None]  # (P, n), sample order
-
-    def best_position(mask: np.ndarray, f: np.ndarray) -> np.ndarray:
-        if stats.shape[2] == 2:  # the two-class form of `split_losses`, one channel
-            signed = np.where(mask, stats[..., 1] - stats[..., 0], 0)
-            total = np.where(mask, stats.sum(axis=2), 0).sum(axis=1).astype(np.float64)
-            d = np.zeros((P, n + 1))
-            np.cumsum(np.take_along_axis(signed, first.perm[f], axis=1).astype(np.float64),
-                      axis=1, out=d[:, 1:])
-            loss = (total[:, None] - np.abs(d) - np.abs(d[:, -1:] - d)) / 2.0
-        else:
-            masked = np.where(mask[..., None], stats, 0)
-            total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
-            ordered = np.take_along_axis(masked, first.perm[f][..., None], axis=1)
-            loss = split_losses(ordered, total, first.loss_kind)
-        return np.argmin(np.where(cut_valid[q, f], loss, np.inf), axis=1)
-
-    def thresholds(f: np.ndarray, k: np.ndarray) -> np.ndarray:
-        """`position_threshold(problem q, f[q], k[q])` for valid cuts `k` (or 0, n).
-
-        A valid cut sits right after a positive sample, so only the first positive
-        sample at or after k is searched for: a few steps (bootstrap weights leave
-        about a third of the samples at zero).
-        """
-        after = k.copy()
-        while True:
-            open_ = np.nonzero(after < n)[0]
-            open_ = open_[weight[open_, first.perm[f[open_], after[open_]]] <= 0]
-            if len(open_) == 0:
-                break
-            after[open_] += 1
-        lo = first.X[first.perm[f, np.maximum(k - 1, 0)], f]
-        hi = first.X[first.perm[f, np.minimum(after, n - 1)], f]
-        with np.errstate(over="ignore", invalid="ignore"):
-            mid = lo / 2.0 + hi / 2.0  # as `midpoint`
-        mid = np.where((lo <= mid) & (mid < hi), mid, lo)
-        return np.where(k == 0, -np.inf, np.where(after >= n, np.inf, mid))
-
-    thr = np.stack([thresholds(f0, k0), thresholds(f1, best_position(left, f1)),
-                    thresholds(f2, best_position(~left, f2))], axis=1)  # (P, 3)
+    thr = np.empty((P, 3))  # thresholds of the root, its left and its right child
+    sums = np.empty((P, 4, C))  # class weights of the leaves LL, LR, RL, RR
     XT = first.X.T
-    goes_left = XT[f0] <= thr[:, 0:1]
-    quadrant = np.where(goes_left, np.where(XT[f1] <= thr[:, 1:2], 0, 1),
-                        np.where(XT[f2] <= thr[:, 2:3], 2, 3))  # LL, LR, RL, RR
-    C = len(first.classes)
-    sums = np.bincount(((q[:, None] * 4 + quadrant) * C + first.y[None]).reshape(-1),
-                       weights=weight.reshape(-1), minlength=P * 4 * C).reshape(P, 4, C)
+
+    def fill(c0: int) -> None:  # problems c0 .. c0 + TREE_CHUNK - 1, on the pool's threads
+        q = np.arange(c0, min(P, c0 + TREE_CHUNK))
+        weight = np.stack([problems[i].weight for i in q])  # (Q, n)
+        stats = np.stack([problems[i].stats for i in q])  # (Q, n, C)
+        lanes = np.arange(len(q))
+        k0 = cut_pos[q, f0[q], t[q]]
+        left = first.rank[f0[q]] < k0[:, None]  # (Q, n), sample order
+
+        def best_position(mask: np.ndarray, f: np.ndarray) -> np.ndarray:
+            if stats.shape[2] == 2:  # the two-class form of `split_losses`, one channel
+                signed = np.where(mask, stats[..., 1] - stats[..., 0], 0)
+                total = np.where(mask, stats.sum(axis=2), 0).sum(axis=1).astype(np.float64)
+                d = np.zeros((len(q), n + 1))
+                np.cumsum(np.take_along_axis(signed, first.perm[f], axis=1).astype(np.float64),
+                          axis=1, out=d[:, 1:])
+                loss = (total[:, None] - np.abs(d) - np.abs(d[:, -1:] - d)) / 2.0
+            else:
+                masked = np.where(mask[..., None], stats, 0)
+                total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
+                ordered = np.take_along_axis(masked, first.perm[f][..., None], axis=1)
+                loss = split_losses(ordered, total, first.loss_kind)
+            return np.argmin(np.where(cut_valid[q, f], loss, np.inf), axis=1)
+
+        def thresholds(f: np.ndarray, k: np.ndarray) -> np.ndarray:
+            """`position_threshold(problem q, f, k)` for valid cuts `k` (or 0, n).
+
+            A valid cut sits right after a positive sample, so only the first positive
+            sample at or after k is searched for: a few steps (bootstrap weights leave
+            about a third of the samples at zero).
+            """
+            after = k.copy()
+            while True:
+                open_ = np.nonzero(after < n)[0]
+                open_ = open_[weight[open_, first.perm[f[open_], after[open_]]] <= 0]
+                if len(open_) == 0:
+                    break
+                after[open_] += 1
+            lo = first.X[first.perm[f, np.maximum(k - 1, 0)], f]
+            hi = first.X[first.perm[f, np.minimum(after, n - 1)], f]
+            with np.errstate(over="ignore", invalid="ignore"):
+                mid = lo / 2.0 + hi / 2.0  # as `midpoint`
+            mid = np.where((lo <= mid) & (mid < hi), mid, lo)
+            return np.where(k == 0, -np.inf, np.where(after >= n, np.inf, mid))
+
+        part = np.stack([thresholds(f0[q], k0),
+                         thresholds(f1[q], best_position(left, f1[q])),
+                         thresholds(f2[q], best_position(~left, f2[q]))], axis=1)
+        goes_left = XT[f0[q]] <= part[:, 0:1]
+        quadrant = np.where(goes_left, np.where(XT[f1[q]] <= part[:, 1:2], 0, 1),
+                            np.where(XT[f2[q]] <= part[:, 2:3], 2, 3))
+        thr[q] = part
+        sums[q] = np.bincount(((lanes[:, None] * 4 + quadrant) * C + first.y[None]).reshape(-1),
+                              weights=weight.reshape(-1),
+                              minlength=len(q) * 4 * C).reshape(len(q), 4, C)
+
+    run_all(fill, range(0, P, TREE_CHUNK))
     # Every leaf holds weight (the usual case): the full 7-node tree, built for all at once.
     full = (sums.sum(axis=2) > 0).all(axis=1)
     leaf, none = LEAF, np.full(P, LEAF)

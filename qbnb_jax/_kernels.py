@@ -19,6 +19,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Int, Shaped
 
 from ._data import LossKind, Problem
+from ._parallel import run_all
 
 
 class SweepData(eqx.Module):
@@ -140,6 +141,9 @@ class SweepData(eqx.Module):
         return int(self.perm.shape[-1])
 
 
+TABLE_CHUNK = 64  # problems per block of host table work
+
+
 def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarray,
                  bucket: int, *, binary: bool, loss_kind: str, field_bits: int,
                  scan_dtype) -> dict[str, np.ndarray]:
@@ -173,20 +177,34 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
         total = int(st.sum(axis=(1, 2)).max(initial=0))
         mass_dtype = np.int16 if total < 2**15 else np.int32
         st = st.sum(axis=2, keepdims=True, dtype=mass_dtype)
+    # Blocks of problems are gathered and summed on the pool's threads (numpy releases
+    # the GIL): these tables are most of the host work of a large batch.
+    chunks = range(0, count, TABLE_CHUNK)
+
     def in_order(a, rows: int):  # (count, n_pad, k) -> (rows >= count, p, n_pad, k)
         out = np.zeros((rows, p, n_pad, a.shape[-1]), dtype=a.dtype)
-        if L == 1:  # one shared layout: a take along the sample axis
-            np.take(a, perm[0], axis=1, out=out[:count], mode="clip")
-        else:  # one flat take per array (much faster than a two-array fancy index)
-            flat = (perm[layout_of[:count]]
-                    + (np.arange(count) * n_pad)[:, None, None]).reshape(-1)
-            np.take(a.reshape(count * n_pad, -1), flat, axis=0,
-                    out=out[:count].reshape(-1, a.shape[-1]), mode="clip")
+
+        def fill(c0: int) -> None:
+            c1 = min(count, c0 + TABLE_CHUNK)
+            if L == 1:  # one shared layout: a take along the sample axis
+                np.take(a[c0:c1], perm[0], axis=1, out=out[c0:c1], mode="clip")
+            else:  # one flat take per array (much faster than a two-array fancy index)
+                flat = (perm[layout_of[c0:c1]]
+                        + (np.arange(c1 - c0) * n_pad)[:, None, None]).reshape(-1)
+                np.take(a[c0:c1].reshape((c1 - c0) * n_pad, -1), flat, axis=0,
+                        out=out[c0:c1].reshape(-1, a.shape[-1]), mode="clip")
+
+        run_all(fill, chunks)
         return out
 
     def cumulative(a):  # (count, p, n_pad, k) -> (bucket, p, n_pad + 1, k)
         out = np.zeros((bucket, p, n_pad + 1, a.shape[-1]), dtype=a.dtype)
-        np.cumsum(a, axis=2, dtype=a.dtype, out=out[:count, :, 1:])
+
+        def fill(c0: int) -> None:
+            c1 = min(count, c0 + TABLE_CHUNK)
+            np.cumsum(a[c0:c1], axis=2, dtype=a.dtype, out=out[c0:c1, :, 1:])
+
+        run_all(fill, chunks)
         return out
 
     sorted_scan = in_order(scan, bucket)  # padding problems stay zero

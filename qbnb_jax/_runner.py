@@ -8,9 +8,7 @@ persistent compilation cache, so compile time and solve time are reported apart.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import os
 import time
 
 import jax
@@ -18,6 +16,7 @@ import numpy as np
 
 from ._data import Problem
 from ._kernels import SweepData, best_stumps, sweep_full, sweep_gathered, sweep_grid, sweep_windowed
+from ._parallel import THREADS, run_all
 
 # Elements of the (chunk, cuts, length, channels) intermediate processed at once:
 # small enough to stay in cache (DESIGN.md: 16-64 rows of a few thousand samples).
@@ -43,10 +42,6 @@ GRID_BLOCK = 128
 GRID_ADVANTAGE = 16
 
 _COMPILED: dict[tuple, object] = {}
-# Threads issuing kernel calls: measured 1.35x more calls per second than one on the
-# 2-core development machine. QBNB_JAX_THREADS=1 turns this off.
-_THREADS = int(os.environ.get("QBNB_JAX_THREADS", min(4, os.cpu_count() or 1)))
-_POOL = concurrent.futures.ThreadPoolExecutor(_THREADS) if _THREADS > 1 else None
 
 
 def _shardings():
@@ -153,7 +148,7 @@ class KernelRunner:
         per_row = cuts * (length + 1) * int(self.data.sorted_scan.shape[-1])
         chunk = max(1, min(MAX_CHUNK, _pow2_at_most(CHUNK_ELEMENTS // max(per_row, 1))))
         big = chunk * BIG_CHUNK_FACTOR
-        if self.data.binary and rows >= 2 * _THREADS * big:
+        if self.data.binary and rows >= 2 * THREADS * big:
             return big
         return chunk
 
@@ -198,12 +193,7 @@ class KernelRunner:
 
             # One cache-sized call per chunk of rows. An XLA CPU call runs on one core
             # and releases the GIL, so calls from a few threads use the other cores.
-            starts = range(0, rows, chunk)
-            if len(starts) > 1 and _POOL is not None:
-                list(_POOL.map(run_chunk, starts))
-            else:
-                for r0 in starts:
-                    run_chunk(r0)
+            run_all(run_chunk, range(0, rows, chunk))
             self.counters.rows_evaluated += rows
             self.counters.cut_evaluations += rows * width
             self.counters.cut_elements += rows * cut_block * length
@@ -313,11 +303,7 @@ class KernelRunner:
             out_suf[mine] = np.asarray(suf)[at]
 
         blocks = len(lane_cuts)
-        if blocks > 1 and _POOL is not None:
-            list(_POOL.map(run_block, range(blocks)))
-        else:
-            for b in range(blocks):
-                run_block(b)
+        run_all(run_block, range(blocks))
         self.counters.rows_evaluated += rows
         self.counters.cut_evaluations += rows * n_cuts
         self.counters.cut_elements += plan["elements"]
@@ -356,11 +342,7 @@ class KernelRunner:
             losses[rows] = np.asarray(loss)[: rows.stop - rows.start]
             positions[rows] = np.asarray(at)[: rows.stop - rows.start]
 
-        if blocks > 1 and _POOL is not None:
-            list(_POOL.map(run_block, range(blocks)))
-        else:
-            for b in range(blocks):
-                run_block(b)
+        run_all(run_block, range(blocks))
         return losses, positions
 
     def window(self, f0, f, lo, hi, cuts, problem=None):

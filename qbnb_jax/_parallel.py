@@ -1,0 +1,28 @@
+"""One thread pool for host work that releases the GIL: XLA calls, numpy on large blocks.
+
+An XLA CPU call runs on one core, and so does a numpy call; issuing independent ones
+from a few threads uses the other cores (1.35x more kernel calls per second on the
+2-core development machine). QBNB_JAX_THREADS=1 turns this off.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from collections.abc import Callable, Iterable
+
+THREADS = int(os.environ.get("QBNB_JAX_THREADS", min(4, os.cpu_count() or 1)))
+_POOL = concurrent.futures.ThreadPoolExecutor(THREADS) if THREADS > 1 else None
+
+
+def run_all(fn: Callable[[int], None], items: Iterable[int]) -> None:
+    """`fn(item)` for every item, on the pool's threads when there are several items.
+
+    `fn` must not call `run_all` itself (the pool could be waiting on its own tasks).
+    """
+    items = list(items)
+    if _POOL is None or len(items) < 2:
+        for item in items:
+            fn(item)
+    else:
+        list(_POOL.map(fn, items))
