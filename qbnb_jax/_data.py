@@ -117,8 +117,9 @@ class Problem:
         for f in range(p):  # one searchsorted per feature over its distinct values
             group_end[f] = np.searchsorted(vr_sorted[f], vr_sorted[f], side="right")
         tied = group_end[:, :-1] != np.arange(1, n)[None, :]  # (p, n-1)
-        cut_pos = np.full((P, p, n + 1), n, dtype=np.int32)
+        cut_pos = np.empty((P, p, n + 1), dtype=np.int32)  # the blocks fill 1..n-1
         cut_pos[..., 0] = 0
+        cut_pos[..., n] = n
         cut_valid = np.zeros((P, p, n + 1), dtype=bool)
         cut_valid[..., 0] = True
         n_thresholds = np.empty((P, p), dtype=np.int32)
@@ -131,7 +132,7 @@ class Problem:
         def fill(b0: int) -> None:  # problems b0 .. b0 + block - 1
             W = integral[b0 : b0 + block]
             B = len(W)
-            w_sorted = W[:, self.perm]  # (B, p, n) in each feature's order
+            w_sorted = np.take(W, self.perm, axis=1)  # (B, p, n) in each feature's order
             positive = w_sorted > 0
             # positives before each position; a cut after position k - 1 is valid when
             # that sample is positive, none follows it in its group of equal values,
@@ -146,18 +147,15 @@ class Problem:
             cut_valid[b0 : b0 + B, :, 1:n] = valid
             counts = valid.sum(axis=2)
             n_thresholds[b0 : b0 + B] = counts + 1
-            # the t-th valid cut (t = 1..) of each (problem, feature) row: position k + 1
-            flat = np.flatnonzero(valid)
-            row, k = np.divmod(flat, max(n - 1, 1))
-            first = np.concatenate([[0], np.cumsum(counts.reshape(-1))[:-1]])
-            rank = np.arange(len(flat)) - first[row] + 1
-            cut_pos[b0 : b0 + B].reshape(B * p, n + 1)[row, rank] = k + 1
+            # cut_pos[t] = the t-th valid position: a stable sort of the (bool) invalid
+            # flags puts the valid positions first, in order (a radix sort, linear).
+            order = np.argsort(~valid, axis=2, kind="stable").astype(np.int32)
+            cuts = cut_pos[b0 : b0 + B]
+            cuts[..., 1:n] = np.where(np.arange(n - 1) < counts[..., None], order + 1, n)
             cum_weight = np.zeros((B * p, n + 1), dtype=counts_dtype)
             np.cumsum(w_sorted.reshape(B * p, n), axis=1, out=cum_weight[:, 1:])
-            slack = slack_left[b0 : b0 + B].reshape(B * p, n + 1)
-            slack[:] = cum_weight[:, -1:]  # thresholds past u(f): everything left
-            slack[:, 0] = 0
-            slack[row, rank] = cum_weight[row, k + 1]
+            at = cuts.reshape(B * p, n + 1) + (np.arange(B * p) * (n + 1))[:, None]
+            np.take(cum_weight.reshape(-1), at, out=slack_left[b0 : b0 + B].reshape(B * p, n + 1))
 
         run_all(fill, range(0, P, block))
         problems = [
