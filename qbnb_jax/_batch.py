@@ -228,7 +228,8 @@ def _solve_problems(layouts, problems, layout_of, *, depth, bound, s, time_limit
                 search.solve_deep()
                 searches.append(search)
     built = [None] * len(searches)
-    if depth == 2 and tables is not None and problems[0].loss_kind == "count":
+    if (depth == 2 and tables is not None and problems[0].loss_kind == "count"
+            and all(search.depth2_spec is not None for search in searches)):
         specs = np.array([search.depth2_spec for search in searches])
         built = depth2_trees_shared(problems, tables.cut_pos, tables.cut_valid, specs)
     results = []

@@ -639,8 +639,9 @@ def best_stumps(
     **Returns:** `(losses, positions)`, the host `stump_losses` of every sample: the
     same losses, ties to the lowest position.
     """
-    d = data.sorted_scan[problem, :, :, 0].astype(jnp.int32)  # (Q, p, n)
+    d = data.sorted_scan[problem, :, :, 0]  # (Q, p, n); prefix sums stay in its dtype
     left = jnp.concatenate([jnp.zeros_like(d[..., :1]), _cumsum(d, axis=2)], axis=2)
+    left = left.astype(jnp.int64 if d.dtype == jnp.int64 else jnp.int32)  # |a| + |T-a|
     total = left[..., -1:]
     score = jnp.where(valid, jnp.abs(left) + jnp.abs(total - left), -1)
     position = jnp.argmax(score, axis=2)  # the first of equal scores

@@ -66,6 +66,7 @@ def test_tiny_memory_budget_still_optimal(monkeypatch):
     reference = solve(X, y, task="classification", depth=2).objective
     monkeypatch.setattr(runner, "CHUNK_ELEMENTS", 1)
     monkeypatch.setattr(depth2, "MAX_CAPACITY", 2)
+    monkeypatch.setattr(depth2, "MAX_BLOCK_ELEMENTS", 1)
     for depth in (2, 3):
         res = solve(X, y, task="classification", depth=depth, initial_capacity=1)
         assert res.status == "optimal"
