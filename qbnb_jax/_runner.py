@@ -9,6 +9,7 @@ persistent compilation cache, so compile time and solve time are reported apart.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 
 import jax
@@ -42,6 +43,8 @@ GRID_BLOCK = 128
 GRID_ADVANTAGE = 16
 
 _COMPILED: dict[tuple, object] = {}
+_COMPILE_LOCK = threading.Lock()
+_COUNTER_LOCK = threading.Lock()
 
 
 def _shardings():
@@ -82,6 +85,12 @@ class Counters:
     # Rows x cuts x samples swept (padding included): deterministic, unlike timings,
     # so a change's effect on the work can be read without benchmark noise.
     cut_elements: int = 0
+
+    def add(self, **counts) -> None:
+        """Add to the counters; safe from several threads (a batch's halves)."""
+        with _COUNTER_LOCK:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
 
 
 class KernelRunner:
@@ -128,11 +137,17 @@ class KernelRunner:
         key = (name, self._data_key, tuple(a.shape for a in args[1:]), tuple(statics.items()),
                jax.device_count())
         exe = _COMPILED.get(key)
+        if exe is not None:
+            return exe
+        with _COMPILE_LOCK:  # threads needing the same executable compile it once
+            return self._compile(key, fn, args, statics)
+
+    def _compile(self, key, fn, args, statics):
+        exe = _COMPILED.get(key)
         if exe is None:
             start = time.perf_counter()
             exe = fn.lower(*args, **statics).compile()
-            self.counters.compile_seconds += time.perf_counter() - start
-            self.counters.compiles += 1
+            self.counters.add(compile_seconds=time.perf_counter() - start, compiles=1)
             _COMPILED[key] = exe
         return exe
 
@@ -194,9 +209,8 @@ class KernelRunner:
             # One cache-sized call per chunk of rows. An XLA CPU call runs on one core
             # and releases the GIL, so calls from a few threads use the other cores.
             run_all(run_chunk, range(0, rows, chunk))
-            self.counters.rows_evaluated += rows
-            self.counters.cut_evaluations += rows * width
-            self.counters.cut_elements += rows * cut_block * length
+            self.counters.add(rows_evaluated=rows, cut_evaluations=rows * width,
+                              cut_elements=rows * cut_block * length)
         return out_pre, out_suf
 
     def full(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray, problem=None):
@@ -304,9 +318,8 @@ class KernelRunner:
 
         blocks = len(lane_cuts)
         run_all(run_block, range(blocks))
-        self.counters.rows_evaluated += rows
-        self.counters.cut_evaluations += rows * n_cuts
-        self.counters.cut_elements += plan["elements"]
+        self.counters.add(rows_evaluated=rows, cut_evaluations=rows * n_cuts,
+                          cut_elements=plan["elements"])
         return out_pre, out_suf
 
     def can_sweep_grid(self) -> bool:

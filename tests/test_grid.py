@@ -117,3 +117,26 @@ def test_large_two_class_batch_takes_the_grid_path_and_equals_one_by_one():
         assert res.objective == alone.objective
         for field in ("feature", "threshold", "children_left", "value"):
             np.testing.assert_array_equal(getattr(res.tree, field), getattr(alone.tree, field))
+
+
+def test_batch_halves_on_two_threads_equal_one_by_one(monkeypatch):
+    """Large stacked batches run as two concurrent frontiers; the counters add up."""
+    from qbnb_jax import _depth2
+
+    _, X, y, W, *_ = shared_batch(7, 40, 3, 45)
+    whole = qbnb_jax.solve_batch(X, y, W, task="classification")
+    monkeypatch.setattr(_depth2, "SPLIT_FROM", 20)
+    monkeypatch.setattr(_depth2, "THREADS", 2)
+    monkeypatch.setattr(_runner, "GRID_MIN_PROBLEMS", 8)  # the halves take the grid too
+    parts = []
+    run_part = _depth2._run_part
+    monkeypatch.setattr(_depth2, "_run_part",
+                        lambda *args: (parts.append(len(args[-1])), run_part(*args)))
+    split = qbnb_jax.solve_batch(X, y, W, task="classification")
+    assert sorted(parts) == [22, 23]
+    assert split[0].stats["rows_evaluated"] > 0
+    for w, a, b in zip(W, whole, split):
+        alone = qbnb_jax.solve(X, y, task="classification", sample_weight=w)
+        assert a.objective == b.objective == alone.objective
+        for field in ("feature", "threshold", "children_left", "value"):
+            np.testing.assert_array_equal(getattr(b.tree, field), getattr(alone.tree, field))
