@@ -13,23 +13,24 @@ from qbnb_jax._runner import KernelRunner
 from qbnb_jax._search import Search
 
 
-def shared_batch(seed: int, n: int, p: int, P: int, n_classes: int = 2):
+def shared_batch(seed: int, n: int, p: int, P: int, n_classes: int = 2, scale: int = 1):
     rng = np.random.default_rng(seed)
     X = np.round(rng.normal(size=(n, p)), 1)  # ties
     X[:, -1] = 0.5  # a constant feature
     y = rng.integers(0, n_classes, n)
-    W = rng.multinomial(n, np.full(n, 1 / n), size=P).astype(float)  # zero weights
+    W = rng.multinomial(n, np.full(n, 1 / n), size=P).astype(float) * scale  # zero weights
     base = make_problem(X, y, task="classification")
     problems, tables = base.reweighted(W)
     return rng, X, y, W, base, problems, tables
 
 
-@pytest.mark.parametrize("n", [3, 70])
-def test_sweep_grid_equals_sweep_full(n):
-    rng, _, _, _, base, problems, _ = shared_batch(n, n, 4, 9)
+@pytest.mark.parametrize("n, scale", [(3, 1), (70, 1), (70, 600)])  # 600: int32 counts
+def test_sweep_grid_equals_sweep_full(n, scale):
+    rng, _, _, _, base, problems, _ = shared_batch(n, n, 4, 9, scale=scale)
     K = 3
     with jax.enable_x64(True):
         data = SweepData.from_problems([base], problems, [0] * len(problems))
+        assert data.scan_dtype == ("int16" if scale == 1 else "int32")
         cuts = np.sort(rng.integers(0, n + 1, size=(4, K, 9)), axis=1).astype(np.int32)
         cuts[:, 0, :2] = 0  # empty prefixes
         cuts[:, -1, 2:4] = n  # empty suffixes
@@ -70,8 +71,9 @@ def test_full_requests_on_the_grid_equal_rows(monkeypatch):
     np.testing.assert_array_equal(got[1], np.asarray(want[1]))
 
 
-def test_best_stumps_equal_host():
-    _, _, _, _, base, problems, tables = shared_batch(1, 90, 4, 40)
+@pytest.mark.parametrize("scale", [1, 600])
+def test_best_stumps_equal_host(scale):
+    _, _, _, _, base, problems, tables = shared_batch(1, 90, 4, 40, scale=scale)
     with jax.enable_x64(True):
         data = SweepData.from_problems([base], problems, [0] * len(problems))
         losses, positions = KernelRunner(problems[0], data).stumps(np.arange(40),
