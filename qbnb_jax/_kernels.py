@@ -101,7 +101,7 @@ class SweepData(eqx.Module):
             cut_valid[li, : lay.p, : lay.n + 1] = lay.cut_valid
         # rank_in_root[l, f0, f] = rank[l, f0][perm[l, f]], gathered one root feature at a
         # time (its rank row stays in cache: 2x faster at n = 10^6).
-        rank_in_root = np.zeros((L, p, p, n_pad), dtype=np.int32)
+        rank_in_root = aligned_zeros((L, p, p, n_pad), np.int32)
         for li in range(len(layouts)):
             for f0 in range(p):
                 np.take(rank[li, f0], perm[li], out=rank_in_root[li, f0])
@@ -144,6 +144,19 @@ class SweepData(eqx.Module):
 TABLE_CHUNK = 64  # problems per block of host table work
 
 
+def aligned_zeros(shape: tuple, dtype) -> np.ndarray:
+    """`np.zeros` on a 64-byte boundary, which `jax.device_put` on CPU uses in place.
+
+    An unaligned array is copied into fresh device memory instead: for 1,000
+    bootstrap problems about 45 MB per batch, a quarter of the batch's page faults.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buffer = np.zeros(nbytes + 64, dtype=np.uint8)
+    offset = -buffer.ctypes.data % 64
+    return buffer[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
 def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarray,
                  bucket: int, *, binary: bool, loss_kind: str, field_bits: int,
                  scan_dtype) -> dict[str, np.ndarray]:
@@ -182,7 +195,7 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     chunks = range(0, count, TABLE_CHUNK)
 
     def in_order(a, rows: int):  # (count, n_pad, k) -> (rows >= count, p, n_pad, k)
-        out = np.zeros((rows, p, n_pad, a.shape[-1]), dtype=a.dtype)
+        out = aligned_zeros((rows, p, n_pad, a.shape[-1]), a.dtype)
 
         def fill(c0: int) -> None:
             c1 = min(count, c0 + TABLE_CHUNK)
@@ -198,7 +211,7 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
         return out
 
     def cumulative(a):  # (count, p, n_pad, k) -> (bucket, p, n_pad + 1, k)
-        out = np.zeros((bucket, p, n_pad + 1, a.shape[-1]), dtype=a.dtype)
+        out = aligned_zeros((bucket, p, n_pad + 1, a.shape[-1]), a.dtype)
 
         def fill(c0: int) -> None:
             c1 = min(count, c0 + TABLE_CHUNK)
@@ -212,7 +225,7 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
         full_scan = np.zeros((bucket, p, 1, 1), dtype=scan.dtype)
     else:
         full_scan = cumulative(sorted_scan[:count])
-    scan_padded = np.zeros((bucket, *scan.shape[1:]), dtype=scan.dtype)
+    scan_padded = aligned_zeros((bucket, *scan.shape[1:]), scan.dtype)
     scan_padded[:count] = scan
     return {"sorted_scan": sorted_scan, "full_scan": full_scan,
             "root_cum": cumulative(in_order(st, count)), "scan": scan_padded}
