@@ -204,7 +204,8 @@ def _solve_problems(layouts, problems, layout_of, *, depth, bound, s, time_limit
         time_limit = None
     enable_persistent_cache()
     stats = _common_stats(problems)
-    device_view = [dataclasses.replace(pr, stats=st) for pr, st in zip(problems, stats)]
+    device_view = [pr if st is pr.stats else dataclasses.replace(pr, stats=st)
+                   for pr, st in zip(problems, stats)]
     if any(pr.loss_kind == "weighted" for pr in problems):
         device_view = [dataclasses.replace(pr, loss_kind="weighted") for pr in device_view]
     options = dict(bound=bound, s=int(s), time_limit=time_limit, progress=None, capacity=64,
