@@ -48,6 +48,17 @@ MAX_BLOCK_ELEMENTS = 1 << 20
 SPLIT_FROM = 256
 
 
+def min_last(a: np.ndarray) -> np.ndarray:
+    """`a.min(axis=-1)` for a short last axis (the p features): one `np.minimum` per
+    feature over whole slices, 3-4x faster than numpy's reduction over short rows."""
+    if a.shape[-1] == 0 or a.shape[-1] > 32:
+        return a.min(axis=-1)
+    out = a[..., 0].copy()
+    for k in range(1, a.shape[-1]):
+        np.minimum(out, a[..., k], out=out)
+    return out
+
+
 def row_searchsorted(table: np.ndarray, rows: np.ndarray, values: np.ndarray,
                      side: str) -> np.ndarray:
     """`np.searchsorted(table[rows[i]], values[i], side)` for every i, vectorised.
@@ -300,10 +311,9 @@ class Depth2Search:
                             np.where(F2, ends[:, 3], np.inf)[:, None]], axis=1)
         cuts = np.concatenate([(lo - 1)[:, None], swept, (hi + 1)[:, None]], axis=1)
 
-
         # Step 2: prune each piece [t_{j-1}, t_j] with W0 = P[j-1, f1] + S[j, f2].
         left_p, right_s = P[:, :-1, :], S[:, 1:, :]  # (T, pieces, p)
-        min_left, min_right = left_p.min(axis=2), right_s.min(axis=2)
+        min_left, min_right = min_last(left_p), min_last(right_s)
         q3 = pr[:, None, None]
         keep1 = F1[:, None, :] & self.can_improve(left_p + min_right[..., None], q3)
         keep2 = F2[:, None, :] & self.can_improve(min_left[..., None] + right_s, q3)
@@ -327,11 +337,10 @@ class Depth2Search:
         pa, sa = P[ti, tj], S[ti, tj]  # (children, p)
         pb, sb = P[ti, tj + 1], S[ti, tj + 1]
         # the children's ends moved in from the cuts
-        wl = self.slack_left[pr[ti], f0[ti]]
-        sa = sa - (np.take_along_axis(wl, child_lo[:, None] - 1, 1)
-                   - np.take_along_axis(wl, piece_lo[ti, tj][:, None], 1))
-        pb = pb - (np.take_along_axis(wl, piece_hi[ti, tj][:, None], 1)
-                   - np.take_along_axis(wl, child_hi[:, None] + 1, 1))
+        q, roots = pr[ti], f0[ti]
+        wl = self.slack_left
+        sa = sa - (wl[q, roots, child_lo - 1] - wl[q, roots, piece_lo[ti, tj]])[:, None]
+        pb = pb - (wl[q, roots, piece_hi[ti, tj]] - wl[q, roots, child_hi + 1])[:, None]
         return (
             pr[ti],
             f0[ti],
@@ -349,15 +358,18 @@ class Depth2Search:
         Per problem, the first (tuple, cut) in frontier order with the least value
         becomes the incumbent when it beats the current one.
         """
-        value = P.min(axis=2) + S.min(axis=2)  # (T, n_cuts)
+        value = min_last(P) + min_last(S)  # (T, n_cuts)
         best_j = value.argmin(axis=1)
         best = value[np.arange(len(value)), best_j]
         order = np.lexsort((np.arange(len(best)), best, pr))
         first = order[np.r_[True, pr[order][1:] != pr[order][:-1]]]  # each problem's best
-        for i in first[best[first] < self.incumbent[pr[first]]]:
-            q, jj = int(pr[i]), int(best_j[i])
-            self.offer(q, float(best[i]), int(f0[i]), int(cuts[i, jj]),
-                       int(np.argmin(P[i, jj])), int(np.argmin(S[i, jj])))
+        won = first[best[first] < self.incumbent[pr[first]]]
+        jj = best_j[won]
+        f1, f2 = P[won, jj].argmin(axis=1), S[won, jj].argmin(axis=1)
+        for q, value, root, t, left, right in zip(
+                pr[won].tolist(), best[won].tolist(), f0[won].tolist(),
+                cuts[won, jj].tolist(), f1.tolist(), f2.tolist()):
+            self.offer(q, value, root, t, left, right)
 
     def slack(self, pr, f0, P, S, piece_lo, piece_hi, keep1, keep2, piece_lb, child_lo,
               child_hi, alive):
@@ -392,10 +404,10 @@ class Depth2Search:
         # Feasible x: P_a + S_a - x < U and P_b + S_b - W + x < U (with the pair's
         # other terms already checked above); a superset of the kept pairs is safe.
         big = np.inf
-        min_pa = np.where(keep1, pa, big).min(axis=2)
-        min_pb = np.where(keep1, pb, big).min(axis=2)
-        min_sa = np.where(keep2, sa, big).min(axis=2)
-        min_sb = np.where(keep2, sb, big).min(axis=2)
+        min_pa = min_last(np.where(keep1, pa, big))
+        min_pb = min_last(np.where(keep1, pb, big))
+        min_sa = min_last(np.where(keep2, sa, big))
+        min_sb = min_last(np.where(keep2, sb, big))
         child_lo, child_hi = self.shrink(
             pr, f0, piece_lo, piece_hi, min_pa, min_pb, min_sa, min_sb, child_lo, child_hi,
             alive,
