@@ -88,9 +88,17 @@ def _solve_batch(X, y, sample_weights, *, task, depth, bound, s, time_limit, pro
                    start=start)
     if task == "classification" and integral:
         # Integer counts are exact in any order: one shared layout for every problem.
-        problems, tables = base.reweighted(W)
+        stat_tables = None
+        if base.n_channels == 2:  # the kernels' stat tables come out of the same pass
+            stat_tables = SweepData.shared_stat_buffers(len(W), base.p, base.n,
+                                                        int(W.sum(axis=1).max()))
+            signed = (base.stats[:, 1] - base.stats[:, 0])[None, :] * W
+            stat_tables["scan"][: len(W), : base.n, 0] = signed
+        problems, tables = base.reweighted(
+            W, signed_out=None if stat_tables is None else stat_tables["sorted_scan"],
+            mass_out=None if stat_tables is None else stat_tables["root_cum"])
         return _solve_problems([base], problems, [0] * len(problems), tables=tables,
-                               **options)
+                               stat_tables=stat_tables, **options)
     # Float sums depend on the order of the samples summed, zero-weight ones included;
     # to take solve()'s exact path (and tie-breaks) each problem gets the layout of its
     # own samples, as solve() builds it.
@@ -199,7 +207,7 @@ def _collector_paused():
 
 
 def _solve_problems(layouts, problems, layout_of, *, depth, bound, s, time_limit, progress,
-                    start, tables=None) -> list[SolveResult]:
+                    start, tables=None, stat_tables=None) -> list[SolveResult]:
     if time_limit is not None and np.isinf(time_limit):
         time_limit = None
     enable_persistent_cache()
@@ -211,7 +219,8 @@ def _solve_problems(layouts, problems, layout_of, *, depth, bound, s, time_limit
     options = dict(bound=bound, s=int(s), time_limit=time_limit, progress=None, capacity=64,
                    start=start)
     with jax.enable_x64(True):
-        data = SweepData.from_problems(layouts, device_view, layout_of)
+        data = SweepData.from_problems(layouts, device_view, layout_of,
+                                       stat_tables=stat_tables)
         runner = KernelRunner(device_view[0], data)
         if depth <= 2:
             searches = [Search(pr, runner=runner, **options) for pr in problems]

@@ -94,7 +94,8 @@ class Problem:
             n_thresholds=n_thresholds, slack_left=slack_left, y=self.y[idx], weight=w,
         )
 
-    def reweighted(self, weights: np.ndarray, block: int = 16
+    def reweighted(self, weights: np.ndarray, block: int = 16, *,
+                   signed_out: np.ndarray | None = None, mass_out: np.ndarray | None = None
                    ) -> tuple[list[Problem], ThresholdTables]:
         """The same samples and layout under each row of integer weights `(P, n)`.
 
@@ -108,6 +109,12 @@ class Problem:
         Returns the problems and their threshold tables stacked (the problems hold
         views of them). Computed for `block` problems at a time, so the temporaries
         stay in cache, the blocks spread over threads (numpy releases the GIL).
+
+        The same pass can fill the kernels' stat tables of two-class problems (see
+        `SweepData.shared_stat_buffers`), which it computes on the way:
+        `signed_out[q, f, k, 0]`, problem q's signed count (class 1 minus class 0) at
+        sorted position k of f; `mass_out[q, f, k, 0]`, its weight before position k
+        (the total past n). Both `(>= P, p, >= n (+ 1), 1)`, entries beyond left alone.
         """
         n, p = self.n, self.p
         P = len(weights)
@@ -128,6 +135,8 @@ class Problem:
         slack_left = np.empty((P, p, n + 1), dtype=counts_dtype)
         integral = weights.astype(counts_dtype)
         stats = (self.stats[None] * integral[:, :, None]).astype(np.int32)
+        if signed_out is not None:  # +1 for class 1, -1 for class 0, in each feature's order
+            signed_sorted = (self.stats[:, 1] - self.stats[:, 0])[self.perm]
 
         def fill(b0: int) -> None:  # problems b0 .. b0 + block - 1
             W = integral[b0 : b0 + block]
@@ -154,6 +163,13 @@ class Problem:
             cuts[..., 1:n] = np.where(np.arange(n - 1) < counts[..., None], order + 1, n)
             cum_weight = np.zeros((B * p, n + 1), dtype=counts_dtype)
             np.cumsum(w_sorted.reshape(B * p, n), axis=1, out=cum_weight[:, 1:])
+            if signed_out is not None:
+                np.multiply(w_sorted, signed_sorted, out=signed_out[b0 : b0 + B, :, :n, 0],
+                            casting="unsafe")  # |values| <= the weights' sum: they fit
+            if mass_out is not None:
+                mass = mass_out[b0 : b0 + B, :, :, 0]
+                mass[:, :, : n + 1] = cum_weight.reshape(B, p, n + 1)
+                mass[:, :, n + 1 :] = mass[:, :, n : n + 1]
             at = cuts.reshape(B * p, n + 1) + (np.arange(B * p) * (n + 1))[:, None]
             np.take(cum_weight.reshape(-1), at, out=slack_left[b0 : b0 + B].reshape(B * p, n + 1))
 

@@ -74,15 +74,33 @@ class SweepData(eqx.Module):
         return SweepData.from_problems([problem], [problem], [0])
 
     @staticmethod
+    def shared_stat_buffers(P: int, p: int, n: int, total: int) -> dict[str, np.ndarray]:
+        """Zeroed stat tables of P two-class problems of one layout, for
+        `Problem.reweighted` to fill and `from_problems(stat_tables=...)` to use.
+
+        Shapes and dtypes are those `from_problems` builds (`total`: the largest summed
+        weight); `scan` is left for the caller.
+        """
+        bucket = count_bucket(P, 2) if P > 1 else 1
+        n_pad = padded_length(n)
+        dtype = np.int16 if total < 2**15 else np.int32
+        return dict(sorted_scan=aligned_zeros((bucket, p, n_pad, 1), dtype),
+                    full_scan=aligned_zeros((bucket, p, 1, 1), dtype),
+                    root_cum=aligned_zeros((bucket, p, n_pad + 1, 1), dtype),
+                    scan=aligned_zeros((bucket, n_pad, 1), dtype))
+
+    @staticmethod
     def from_problems(
         layouts: list[Problem], problems: list[Problem], layout_of: list[int],
         steps_per_octave: int = 8, count_base: int = 2,
+        stat_tables: dict[str, np.ndarray] | None = None,
     ) -> SweepData:
         """Device arrays for `problems`, problem i laid out as `layouts[layout_of[i]]`.
 
         Every array is padded to `padded_length` of the largest n and to the largest p,
         and the numbers of layouts and problems to a power of `count_base` (slots that
-        no row ever refers to, left zero).
+        no row ever refers to, left zero). `stat_tables`: the stat tables already
+        filled (`shared_stat_buffers`: two-class counts of one layout).
         Padding samples have zero stats and sit after every real sample in every order,
         so no cut of a real sample set ever includes them: bucketing n lets problems of
         similar size share compiled kernels. Padding features are never swept.
@@ -107,9 +125,16 @@ class SweepData(eqx.Module):
                 np.take(rank[li, f0], perm[li], out=rank_in_root[li, f0])
         first = problems[0]
         binary = first.loss_kind != "sse" and first.n_channels == 2
-        total = max(int(pr.stats.sum()) for pr in problems) if first.loss_kind == "count" else None
         field_bits = 0
-        scan_dtype = first.stats.dtype
+        if stat_tables is not None:
+            total = None
+            scan_dtype = stat_tables["sorted_scan"].dtype
+        elif first.loss_kind == "count":
+            total = max(int(pr.stats.sum()) for pr in problems)
+            scan_dtype = first.stats.dtype
+        else:
+            total = None
+            scan_dtype = first.stats.dtype
         if total is not None and total < 2**15:
             scan_dtype = np.int16  # exact, and halves the scan's memory traffic
         if total is not None and not binary and first.n_channels > 2:
@@ -120,9 +145,12 @@ class SweepData(eqx.Module):
         bucket = count_bucket(count, count_base) if count > 1 else 1
         layout_of = np.concatenate([np.asarray(layout_of, dtype=np.int32),
                                     np.zeros(bucket - count, np.int32)])
-        tables = _stat_tables([pr.stats for pr in problems], perm, layout_of, bucket,
-                              binary=binary, loss_kind=first.loss_kind,
-                              field_bits=field_bits, scan_dtype=scan_dtype)
+        if stat_tables is not None:
+            tables = stat_tables
+        else:
+            tables = _stat_tables([pr.stats for pr in problems], perm, layout_of, bucket,
+                                  binary=binary, loss_kind=first.loss_kind,
+                                  field_bits=field_bits, scan_dtype=scan_dtype)
         # One transfer for all arrays: each separate device_put costs ~0.2 ms.
         arrays = jax.device_put(dict(rank_in_root=rank_in_root, cut_valid=cut_valid,
                                      perm=perm, rank=rank, value_rank=value_rank,

@@ -142,3 +142,22 @@ def test_batch_halves_on_two_threads_equal_one_by_one(monkeypatch):
         assert a.objective == b.objective == alone.objective
         for field in ("feature", "threshold", "children_left", "value"):
             np.testing.assert_array_equal(getattr(b.tree, field), getattr(alone.tree, field))
+
+
+@pytest.mark.parametrize("scale", [1, 600])
+def test_stat_tables_filled_by_reweighting_equal_from_problems(scale):
+    """`solve_batch` fills the two-class stat tables during the reweighting pass; they
+    equal the ones `SweepData.from_problems` builds from the problems."""
+    _, _, _, W, base, _, _ = shared_batch(3, 57, 4, 37, scale=scale)
+    buffers = SweepData.shared_stat_buffers(len(W), base.p, base.n, int(W.sum(axis=1).max()))
+    buffers["scan"][: len(W), : base.n, 0] = (base.stats[:, 1] - base.stats[:, 0]) * W
+    problems, _ = base.reweighted(W, block=5, signed_out=buffers["sorted_scan"],
+                                  mass_out=buffers["root_cum"])
+    with jax.enable_x64(True):
+        want = SweepData.from_problems([base], problems, [0] * len(problems))
+        got = SweepData.from_problems([base], problems, [0] * len(problems),
+                                      stat_tables=buffers)
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
