@@ -304,17 +304,19 @@ class KernelRunner:
         lane_problem, lane_cuts, slot_f0 = plan["lane_problem"], plan["lane_cuts"], plan["slot_f0"]
         args = (data, place(lane_problem[:GRID_BLOCK], 0), slot_f0, place(lane_cuts[0], 2))
         exe = self._executable("grid", sweep_grid, args, {})
-        # each row's K cuts, at its group's offset (K = 1: one cut, repeated)
+        # each row's K cuts (K = 1: one cut, repeated) as flat indices of a block's
+        # [f, slot, cut, lane] output: one np.take per output, 10x a fancy index
+        _, slots, width, lanes = lane_cuts.shape
         cut_index = plan["offset"][:, None] + np.arange(plan["K"])[None, :]
+        flat = (((f[:, None] * slots + plan["slot"][:, None]) * width + cut_index) * lanes
+                + plan["lane"][:, None])
 
         def run_block(b: int) -> None:
             pre, suf = exe(data, place(lane_problem[b * GRID_BLOCK : (b + 1) * GRID_BLOCK], 0),
                            slot_f0, place(lane_cuts[b], 2))
             mine = np.nonzero(plan["block"] == b)[0]
-            at = (f[mine, None], plan["slot"][mine, None], cut_index[mine],
-                  plan["lane"][mine, None])  # [f, slot, cut, lane]
-            out_pre[mine] = np.asarray(pre)[at]
-            out_suf[mine] = np.asarray(suf)[at]
+            out_pre[mine] = np.take(np.asarray(pre).reshape(-1), flat[mine])
+            out_suf[mine] = np.take(np.asarray(suf).reshape(-1), flat[mine])
 
         blocks = len(lane_cuts)
         run_all(run_block, range(blocks))
