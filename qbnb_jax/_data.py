@@ -47,10 +47,11 @@ class Problem:
     rank: np.ndarray  # int32 (p, n): rank[f, i] = position of sample i in perm[f]
     value_rank: np.ndarray  # int32 (p, n): dense rank of x[i, f] among distinct values
     cut_valid: np.ndarray  # bool (p, n+1): a threshold may fall before sorted position k
-    cut_pos: np.ndarray  # int32 (p, n+1): threshold index t -> samples left of it
+    # int32 (p, n+1), int16 for `reweighted` problems: threshold index t -> samples left
+    cut_pos: np.ndarray
     n_thresholds: np.ndarray  # int32 (p,): u(f); threshold indices run 0..u(f)
-    # float64 (p, n+1), integers for `reweighted` problems: summed `sample_slack` of the
-    # samples left of threshold index t
+    # float64 (p, n+1), integers for `reweighted` problems (int16 when they fit): summed
+    # `sample_slack` of the samples left of threshold index t
     slack_left: np.ndarray
     classes: np.ndarray | None
     y_offset: np.ndarray | None  # regression: the weighted mean removed from y
@@ -124,15 +125,19 @@ class Problem:
         for f in range(p):  # one searchsorted per feature over its distinct values
             group_end[f] = np.searchsorted(vr_sorted[f], vr_sorted[f], side="right")
         tied = group_end[:, :-1] != np.arange(1, n)[None, :]  # (p, n-1)
-        cut_pos = np.empty((P, p, n + 1), dtype=np.int32)  # the blocks fill 1..n-1
+        # Positions and integer slack in the narrowest type that holds them (int16 for
+        # n and weight sums below 2**15): these tables are a batch's largest arrays,
+        # and only differences of entries or their sums with floats are ever formed.
+        position_dtype = np.int16 if n < 2**15 else np.int32
+        cut_pos = np.empty((P, p, n + 1), dtype=position_dtype)  # the blocks fill 1..n-1
         cut_pos[..., 0] = 0
         cut_pos[..., n] = n
         cut_valid = np.zeros((P, p, n + 1), dtype=bool)
         cut_valid[..., 0] = True
         n_thresholds = np.empty((P, p), dtype=np.int32)
         counts_dtype = np.int32 if weights.sum(axis=1).max(initial=0) < 2**31 else np.int64
-        # Integer slack (the weights), exact: half the memory of float64 tables.
-        slack_left = np.empty((P, p, n + 1), dtype=counts_dtype)
+        total = weights.sum(axis=1).max(initial=0)
+        slack_left = np.empty((P, p, n + 1), dtype=np.int16 if total < 2**15 else counts_dtype)
         integral = weights.astype(counts_dtype)
         stats = (self.stats[None] * integral[:, :, None]).astype(np.int32)
         if signed_out is not None:  # +1 for class 1, -1 for class 0, in each feature's order
