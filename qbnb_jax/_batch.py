@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -29,7 +30,8 @@ from ._deep import DeepSearch
 from ._depth2 import solve_depth2
 from ._host import depth2_trees_shared
 from ._kernels import SweepData
-from ._runner import KernelRunner
+from ._parallel import THREADS
+from ._runner import COUNTER_NAMES, KernelRunner
 from ._search import Search
 from ._solve import SolveResult, _check_options, _make_result
 
@@ -88,22 +90,62 @@ def _solve_batch(X, y, sample_weights, *, task, depth, bound, s, time_limit, pro
                    start=start)
     if task == "classification" and integral:
         # Integer counts are exact in any order: one shared layout for every problem.
-        stat_tables = None
-        if base.n_channels == 2:  # the kernels' stat tables come out of the same pass
-            stat_tables = SweepData.shared_stat_buffers(len(W), base.p, base.n,
-                                                        int(W.sum(axis=1).max()))
-            signed = (base.stats[:, 1] - base.stats[:, 0])[None, :] * W
-            stat_tables["scan"][: len(W), : base.n, 0] = signed
-        problems, tables = base.reweighted(
-            W, signed_out=None if stat_tables is None else stat_tables["sorted_scan"],
-            mass_out=None if stat_tables is None else stat_tables["root_cum"])
-        return _solve_problems([base], problems, [0] * len(problems), tables=tables,
-                               stat_tables=stat_tables, **options)
+        if progress is None and THREADS > 1 and len(W) >= 2 * SPLIT_FROM:
+            return _in_two_halves(lambda rows: _solve_stacked(base, W[rows], options), len(W))
+        return _solve_stacked(base, W, options)
     # Float sums depend on the order of the samples summed, zero-weight ones included;
     # to take solve()'s exact path (and tie-breaks) each problem gets the layout of its
     # own samples, as solve() builds it.
     problems = [make_problem(X, y, task=task, sample_weight=w) for w in W]
     return _solve_problems(problems, problems, list(range(len(problems))), **options)
+
+
+def _solve_stacked(base: Problem, W: np.ndarray, options: dict) -> list[SolveResult]:
+    """Problems `base` under each row of integer weights `W`, on one shared layout."""
+    stat_tables = None
+    if base.n_channels == 2:  # the kernels' stat tables come out of the reweighting pass
+        stat_tables = SweepData.shared_stat_buffers(len(W), base.p, base.n,
+                                                    int(W.sum(axis=1).max()))
+        signed = (base.stats[:, 1] - base.stats[:, 0])[None, :] * W
+        stat_tables["scan"][: len(W), : base.n, 0] = signed
+    problems, tables = base.reweighted(
+        W, signed_out=None if stat_tables is None else stat_tables["sorted_scan"],
+        mass_out=None if stat_tables is None else stat_tables["root_cum"])
+    return _solve_problems([base], problems, [0] * len(problems), tables=tables,
+                           stat_tables=stat_tables, **options)
+
+
+def _in_two_halves(solve_rows: Callable[[slice], list[SolveResult]], P: int
+                   ) -> list[SolveResult]:
+    """`solve_rows` on the first and the second half of P problems, on two threads.
+
+    While one half runs host numpy (mostly holding the GIL), the other's kernels and
+    numpy blocks use the second core: 1,000 bootstrap problems ran 10-15% faster than
+    in one piece. The problems are independent, so each gets the result it gets alone;
+    every result's stats report both halves' kernel counters summed.
+    """
+    halves = [slice(0, P // 2), slice(P // 2, P)]
+    results: list = [None, None]
+
+    def run(i: int) -> None:
+        try:
+            results[i] = solve_rows(halves[i])
+        except BaseException as err:  # re-raised on the calling thread
+            results[i] = err
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for outcome in results:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    merged = {name: sum(half[0].stats[name] for half in results) for name in COUNTER_NAMES}
+    for result in results[0] + results[1]:
+        result.stats.update(merged)
+        result.stats["solve_seconds"] = result.stats["total_seconds"] - merged["compile_seconds"]
+    return results[0] + results[1]
 
 
 def solve_many(
@@ -141,6 +183,10 @@ def _solve_datasets(datasets, *, task, depth, bound, s, time_limit, progress, st
     return _solve_problems(problems, problems, list(range(len(problems))), depth=depth,
                            bound=bound, s=s, time_limit=time_limit, progress=progress,
                            start=start)
+
+
+# Stacked batches of at least twice this many problems run as two concurrent halves.
+SPLIT_FROM = 256
 
 
 def _as_weight_matrix(sample_weights, n: int) -> np.ndarray:

@@ -25,13 +25,11 @@ problem's tuples in their own order and all decisions are per problem.
 from __future__ import annotations
 
 import functools
-import threading
 
 import numpy as np
 
 from ._data import ThresholdTables
 from ._host import stump_losses, stumps_of_all_shared
-from ._parallel import THREADS
 from ._runner import GRID_MIN_PROBLEMS, KernelRunner, pow2_at_least
 from ._search import RTOL, Search
 
@@ -44,8 +42,6 @@ W1_MAX_SHARE = 8  # W1 refines only pieces with at most n / 8 samples
 # tuples. Larger blocks let the problem-lane sweep take a batch's first iteration whole.
 MAX_CAPACITY = 4096
 MAX_BLOCK_ELEMENTS = 1 << 20
-# Stacked batches of at least twice this many problems run as two concurrent halves.
-SPLIT_FROM = 256
 
 
 def min_last(a: np.ndarray) -> np.ndarray:
@@ -555,29 +551,10 @@ def solve_depth2(searches: list[Search], runner: KernelRunner | None = None,
         return
     widths = np.array([search.problem.p for search in searches])
     if tables is not None:  # one stacked group (`Problem.reweighted`)
-        P = len(searches)
-        if batch_progress is not None or THREADS < 2 or P < 2 * SPLIT_FROM:
-            Depth2Search(searches, runner, batch_progress=batch_progress, tables=tables).run()
-            return
-        # Two halves, each its own frontier on its own thread: while one half's host
-        # step runs (numpy, mostly holding the GIL) the other's kernels use the second
-        # core. Problems are independent, so each takes the same path as alone.
-        halves = [np.arange(0, P // 2), np.arange(P // 2, P)]
-        threads = [threading.Thread(target=_run_part, args=(searches, runner, tables, part))
-                   for part in halves]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        Depth2Search(searches, runner, batch_progress=batch_progress, tables=tables).run()
         return
     for p in np.unique(widths):
         group = np.nonzero(widths == p)[0]
         Depth2Search([searches[q] for q in group], runner, data_index=group,
                      batch_progress=batch_progress).run()
 
-
-def _run_part(searches, runner, tables: ThresholdTables, part: np.ndarray) -> None:
-    """Depth-2 search of `searches[part]` (problems `part` of the runner's data)."""
-    Depth2Search([searches[q] for q in part], runner, data_index=part,
-                 tables=ThresholdTables(*(None if table is None else table[part]
-                                          for table in tables))).run()

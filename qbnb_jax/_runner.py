@@ -93,6 +93,9 @@ class Counters:
                 setattr(self, name, getattr(self, name) + value)
 
 
+COUNTER_NAMES = tuple(field.name for field in dataclasses.fields(Counters))
+
+
 class KernelRunner:
     """Runs sweeps for one problem and accounts for compile and run time."""
 

@@ -122,21 +122,22 @@ def test_large_two_class_batch_takes_the_grid_path_and_equals_one_by_one():
 
 
 def test_batch_halves_on_two_threads_equal_one_by_one(monkeypatch):
-    """Large stacked batches run as two concurrent frontiers; the counters add up."""
-    from qbnb_jax import _depth2
+    """Large stacked batches run as two concurrent halves; the counters add up."""
+    from qbnb_jax import _batch
 
     _, X, y, W, *_ = shared_batch(7, 40, 3, 45)
     whole = qbnb_jax.solve_batch(X, y, W, task="classification")
-    monkeypatch.setattr(_depth2, "SPLIT_FROM", 20)
-    monkeypatch.setattr(_depth2, "THREADS", 2)
+    monkeypatch.setattr(_batch, "SPLIT_FROM", 20)
+    monkeypatch.setattr(_batch, "THREADS", 2)
     monkeypatch.setattr(_runner, "GRID_MIN_PROBLEMS", 8)  # the halves take the grid too
     parts = []
-    run_part = _depth2._run_part
-    monkeypatch.setattr(_depth2, "_run_part",
-                        lambda *args: (parts.append(len(args[-1])), run_part(*args)))
+    solve_stacked = _batch._solve_stacked
+    monkeypatch.setattr(_batch, "_solve_stacked",
+                        lambda base, rows, options: (parts.append(len(rows)),
+                                                     solve_stacked(base, rows, options))[1])
     split = qbnb_jax.solve_batch(X, y, W, task="classification")
     assert sorted(parts) == [22, 23]
-    assert split[0].stats["rows_evaluated"] > 0
+    assert split[0].stats["rows_evaluated"] == split[-1].stats["rows_evaluated"] > 0
     for w, a, b in zip(W, whole, split):
         alone = qbnb_jax.solve(X, y, task="classification", sample_weight=w)
         assert a.objective == b.objective == alone.objective
@@ -161,3 +162,18 @@ def test_stat_tables_filled_by_reweighting_equal_from_problems(scale):
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_batch_halves_reraise_an_error(monkeypatch):
+    from qbnb_jax import _batch
+
+    _, X, y, W, *_ = shared_batch(8, 30, 3, 10)
+    monkeypatch.setattr(_batch, "SPLIT_FROM", 4)
+    monkeypatch.setattr(_batch, "THREADS", 2)
+
+    def fail(base, rows, options):
+        raise RuntimeError("a half failed")
+
+    monkeypatch.setattr(_batch, "_solve_stacked", fail)
+    with pytest.raises(RuntimeError, match="a half failed"):
+        qbnb_jax.solve_batch(X, y, W, task="classification")
