@@ -21,7 +21,7 @@ from ._data import make_problem
 from ._deep import DeepSearch
 from ._depth2 import solve_depth2
 from ._host import build_tree, tree_objective
-from ._runner import Counters
+from ._runner import COUNTER_NAMES, Counters
 from ._search import Search
 from ._tree import Tree
 
@@ -166,6 +166,11 @@ def solve(
     return _make_result(search, depth)
 
 
+def _counter_values(counters: Counters) -> dict[str, float]:
+    # Scalar fields: a plain read, not `dataclasses.asdict`'s deep copy (30 ms a batch).
+    return {name: getattr(counters, name) for name in COUNTER_NAMES}
+
+
 def _make_result(search: Search, depth: int, built: tuple[Tree, float] | None = None
                  ) -> SolveResult:
     """The result of a finished search; `built`: its tree and objective, if known."""
@@ -184,7 +189,7 @@ def _make_result(search: Search, depth: int, built: tuple[Tree, float] | None = 
         "peak_frontier": max(search.frontier_sizes, default=0),
         "tuples_explored": search.tuples_explored,
         "capacity_history": search.capacity_history,
-        **dataclasses.asdict(search.runner.counters if search.runner else Counters()),
+        **_counter_values(search.runner.counters if search.runner else Counters()),
         "subproblems": getattr(search, "subproblems", 0),
         "bound": search.bound,
         "s": search.s,
