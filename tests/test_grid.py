@@ -177,3 +177,21 @@ def test_batch_halves_reraise_an_error(monkeypatch):
     monkeypatch.setattr(_batch, "_solve_stacked", fail)
     with pytest.raises(RuntimeError, match="a half failed"):
         qbnb_jax.solve_batch(X, y, W, task="classification")
+
+
+def test_batch_halves_with_a_time_limit_keep_valid_bounds(monkeypatch):
+    """A time limit counts from the call's start in both halves; every bound is proved."""
+    from qbnb_jax import _batch
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(1500, 6))
+    y = rng.integers(0, 2, 1500)
+    W = rng.multinomial(1500, np.full(1500, 1 / 1500), size=40).astype(float)
+    monkeypatch.setattr(_batch, "SPLIT_FROM", 8)
+    monkeypatch.setattr(_batch, "THREADS", 2)
+    results = qbnb_jax.solve_batch(X, y, W, task="classification", time_limit=1e-3)
+    assert len(results) == 40
+    for r in results:
+        assert r.status in ("time_limit", "optimal")
+        assert 0 <= r.lower_bound <= r.objective
+    assert any(r.status == "time_limit" for r in results)
