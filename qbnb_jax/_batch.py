@@ -107,10 +107,7 @@ def _solve_stacked(base: Problem, W: np.ndarray, options: dict) -> list[SolveRes
     """Problems `base` under each row of integer weights `W`, on one shared layout."""
     stat_tables = None
     if base.n_channels == 2:  # the kernels' stat tables come out of the reweighting pass
-        stat_tables = SweepData.shared_stat_buffers(len(W), base.p, base.n,
-                                                    int(W.sum(axis=1).max()))
-        signed = (base.stats[:, 1] - base.stats[:, 0])[None, :] * W
-        stat_tables["scan"][: len(W), : base.n, 0] = signed
+        stat_tables = SweepData.shared_stat_buffers(base, W)
     problems, tables = base.reweighted(
         W, signed_out=None if stat_tables is None else stat_tables["sorted_scan"],
         mass_out=None if stat_tables is None else stat_tables["root_cum"])

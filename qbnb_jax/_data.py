@@ -129,14 +129,12 @@ class Problem:
         # n and weight sums below 2**15): these tables are a batch's largest arrays,
         # and only differences of entries or their sums with floats are ever formed.
         position_dtype = np.int16 if n < 2**15 else np.int32
-        cut_pos = np.empty((P, p, n + 1), dtype=position_dtype)  # the blocks fill 1..n-1
-        cut_pos[..., 0] = 0
-        cut_pos[..., n] = n
+        cut_pos = np.empty((P, p, n + 1), dtype=position_dtype)
         cut_valid = np.zeros((P, p, n + 1), dtype=bool)
         cut_valid[..., 0] = True
         n_thresholds = np.empty((P, p), dtype=np.int32)
-        counts_dtype = np.int32 if weights.sum(axis=1).max(initial=0) < 2**31 else np.int64
         total = weights.sum(axis=1).max(initial=0)
+        counts_dtype = np.int32 if total < 2**31 else np.int64
         slack_left = np.empty((P, p, n + 1), dtype=np.int16 if total < 2**15 else counts_dtype)
         integral = weights.astype(counts_dtype)
         stats = (self.stats[None] * integral[:, :, None]).astype(np.int32)
@@ -159,24 +157,17 @@ class Problem:
                     seen, np.broadcast_to(group_end[:, :-1], (B, p, n - 1)), axis=2)
                 valid &= ~tied | (at_end == seen[..., 1:n])
             cut_valid[b0 : b0 + B, :, 1:n] = valid
-            counts = valid.sum(axis=2)
-            n_thresholds[b0 : b0 + B] = counts + 1
-            # cut_pos[t] = the t-th valid position: a stable sort of the (bool) invalid
-            # flags puts the valid positions first, in order (a radix sort, linear).
-            order = np.argsort(~valid, axis=2, kind="stable").astype(np.int32)
-            cuts = cut_pos[b0 : b0 + B]
-            cuts[..., 1:n] = np.where(np.arange(n - 1) < counts[..., None], order + 1, n)
-            cum_weight = np.zeros((B * p, n + 1), dtype=counts_dtype)
-            np.cumsum(w_sorted.reshape(B * p, n), axis=1, out=cum_weight[:, 1:])
+            cum_weight = np.zeros((B, p, n + 1), dtype=counts_dtype)
+            np.cumsum(w_sorted, axis=2, out=cum_weight[..., 1:])
+            n_thresholds[b0 : b0 + B] = _cut_tables(valid, cum_weight, cut_pos[b0 : b0 + B],
+                                                    slack_left[b0 : b0 + B])
             if signed_out is not None:
                 np.multiply(w_sorted, signed_sorted, out=signed_out[b0 : b0 + B, :, :n, 0],
                             casting="unsafe")  # |values| <= the weights' sum: they fit
             if mass_out is not None:
                 mass = mass_out[b0 : b0 + B, :, :, 0]
-                mass[:, :, : n + 1] = cum_weight.reshape(B, p, n + 1)
+                mass[:, :, : n + 1] = cum_weight
                 mass[:, :, n + 1 :] = mass[:, :, n : n + 1]
-            at = cuts.reshape(B * p, n + 1) + (np.arange(B * p) * (n + 1))[:, None]
-            np.take(cum_weight.reshape(-1), at, out=slack_left[b0 : b0 + B].reshape(B * p, n + 1))
 
         run_all(fill, range(0, P, block))
         problems = [
@@ -186,7 +177,6 @@ class Problem:
             for i in range(P)
         ]
         return problems, ThresholdTables(cut_pos, slack_left, n_thresholds, cut_valid)
-
 
 
 def midpoint(lo: float, hi: float) -> float:
@@ -459,20 +449,33 @@ def _presorted(perm: np.ndarray, changes: np.ndarray, slack: np.ndarray):
 
 
 def _threshold_tables(cut_valid: np.ndarray, perm: np.ndarray, w: np.ndarray):
-    """`(cut_pos, n_thresholds, left sums of w)` from the valid cuts `(p, n+1)`.
-
-    Threshold index t in 0..u(f): t=0 sends nothing left, t=u(f) everything; in
-    between, the cut at the t-th valid position.
-    """
+    """`(cut_pos, n_thresholds, left sums of w)` from the valid cuts `(p, n+1)`."""
     p, n = perm.shape
-    cut_pos = np.full((p, n + 1), n, dtype=np.int32)
-    n_thresholds = np.empty(p, dtype=np.int32)
-    for f in range(p):
-        inner = np.nonzero(cut_valid[f, 1:n])[0] + 1
-        cut_pos[f, 0] = 0
-        cut_pos[f, 1 : 1 + len(inner)] = inner
-        n_thresholds[f] = len(inner) + 1  # u(f) = distinct values
-    cum_weight = np.concatenate(
-        [np.zeros((p, 1)), np.cumsum(w[perm], axis=1)], axis=1
-    )  # (p, n+1) in each feature's order
-    return cut_pos, n_thresholds, np.take_along_axis(cum_weight, cut_pos, axis=1)
+    cum_weight = np.zeros((p, n + 1))  # in each feature's order
+    np.cumsum(w[perm], axis=1, out=cum_weight[:, 1:])
+    cut_pos = np.empty((p, n + 1), dtype=np.int32)
+    slack_left = np.empty((p, n + 1))
+    n_thresholds = _cut_tables(cut_valid[:, 1:n], cum_weight, cut_pos, slack_left)
+    return cut_pos, n_thresholds.astype(np.int32), slack_left
+
+
+def _cut_tables(valid: np.ndarray, cum: np.ndarray, cut_pos: np.ndarray,
+                slack_left: np.ndarray) -> np.ndarray:
+    """Fill `cut_pos` and `slack_left` `(..., n+1)` (C-contiguous); return each row's u(f).
+
+    `valid[..., k - 1]`: a cut before sorted position k (1..n-1) is valid; `cum`
+    `(..., n+1)`: the summed slack before each position. Threshold index t in 0..u(f):
+    t=0 sends nothing left, t=u(f) everything (and so do the entries past it); in
+    between, the cut at the t-th valid position. A stable sort of the (bool) invalid
+    flags lists the valid positions first, in order: a radix sort, linear in n.
+    """
+    n = cum.shape[-1] - 1
+    counts = valid.sum(axis=-1)
+    order = np.argsort(~valid, axis=-1, kind="stable")
+    cut_pos[..., 0] = 0
+    cut_pos[..., 1:n] = np.where(np.arange(n - 1) < counts[..., None], order + 1, n)
+    cut_pos[..., n] = n
+    rows = cut_pos.reshape(-1, n + 1)
+    at = rows + (np.arange(len(rows)) * (n + 1))[:, None]
+    np.take(cum.reshape(-1), at, out=slack_left.reshape(-1, n + 1))
+    return counts + 1

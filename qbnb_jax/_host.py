@@ -40,15 +40,20 @@ def split_losses(ordered: np.ndarray, total, loss_kind: str) -> np.ndarray:
     everything right.
     """
     if loss_kind != "sse" and ordered.shape[-1] == 2:
-        # Two classes: loss(left) + loss(right) = (T - |d_left| - |D - d_left|) / 2
-        # with d the signed count, so one cumulative sum suffices (as in the kernels).
-        signed = (ordered[..., 1] - ordered[..., 0]).astype(np.float64)
-        d = np.zeros(signed.shape[:-1] + (signed.shape[-1] + 1,))
-        np.cumsum(signed, axis=-1, out=d[..., 1:])
-        return (total - np.abs(d) - np.abs(d[..., -1:] - d)) / 2.0
+        return signed_split_losses(ordered[..., 1] - ordered[..., 0], total)
     cum = np.zeros(ordered.shape[:-2] + (ordered.shape[-2] + 1, ordered.shape[-1]))
     np.cumsum(ordered.astype(np.float64), axis=-2, out=cum[..., 1:, :])
     return leaf_loss_np(cum, loss_kind) + leaf_loss_np(cum[..., -1:, :] - cum, loss_kind)
+
+
+def signed_split_losses(signed: np.ndarray, total) -> np.ndarray:
+    """`split_losses` of two classes from the signed counts (class 1 minus class 0)
+    `(..., n)` in sorted order: loss(left) + loss(right) = (T - |d| - |D - d|) / 2 with
+    d the prefix sums, so one cumulative sum suffices (as in the kernels)."""
+    signed = signed.astype(np.float64)
+    d = np.zeros(signed.shape[:-1] + (signed.shape[-1] + 1,))
+    np.cumsum(signed, axis=-1, out=d[..., 1:])
+    return (total - np.abs(d) - np.abs(d[..., -1:] - d)) / 2.0
 
 
 def stump_losses(problem: Problem, mask: np.ndarray, features=None):
@@ -262,13 +267,11 @@ def depth2_trees_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid:
         left = first.rank[f0[q]] < k0[:, None]  # (Q, n), sample order
 
         def best_position(mask: np.ndarray, f: np.ndarray) -> np.ndarray:
-            if stats.shape[2] == 2:  # the two-class form of `split_losses`, one channel
+            if stats.shape[2] == 2:  # one signed channel, not (Q, n, 2) ordered stats
                 signed = np.where(mask, stats[..., 1] - stats[..., 0], 0)
                 total = np.where(mask, stats.sum(axis=2), 0).sum(axis=1).astype(np.float64)
-                d = np.zeros((len(q), n + 1))
-                np.cumsum(np.take_along_axis(signed, first.perm[f], axis=1).astype(np.float64),
-                          axis=1, out=d[:, 1:])
-                loss = (total[:, None] - np.abs(d) - np.abs(d[:, -1:] - d)) / 2.0
+                loss = signed_split_losses(np.take_along_axis(signed, first.perm[f], axis=1),
+                                           total[:, None])
             else:
                 masked = np.where(mask[..., None], stats, 0)
                 total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]

@@ -74,20 +74,24 @@ class SweepData(eqx.Module):
         return SweepData.from_problems([problem], [problem], [0])
 
     @staticmethod
-    def shared_stat_buffers(P: int, p: int, n: int, total: int) -> dict[str, np.ndarray]:
-        """Zeroed stat tables of P two-class problems of one layout, for
-        `Problem.reweighted` to fill and `from_problems(stat_tables=...)` to use.
+    def shared_stat_buffers(base: Problem, weights: np.ndarray) -> dict[str, np.ndarray]:
+        """Stat tables of two-class `base` under each row of integer `weights` `(P, n)`,
+        with `scan` filled and the tables in each feature's order (`sorted_scan`,
+        `root_cum`) zero, for `Problem.reweighted` to fill on its way.
 
-        Shapes and dtypes are those `from_problems` builds (`total`: the largest summed
-        weight); `scan` is left for the caller.
+        Shapes and dtypes are those `from_problems` builds; pass the filled tables to
+        `from_problems(stat_tables=...)`.
         """
+        P, n = weights.shape
         bucket = count_bucket(P, 2) if P > 1 else 1
         n_pad = padded_length(n)
-        dtype = np.int16 if total < 2**15 else np.int32
-        return dict(sorted_scan=aligned_zeros((bucket, p, n_pad, 1), dtype),
-                    full_scan=aligned_zeros((bucket, p, 1, 1), dtype),
-                    root_cum=aligned_zeros((bucket, p, n_pad + 1, 1), dtype),
-                    scan=aligned_zeros((bucket, n_pad, 1), dtype))
+        dtype = count_dtype(int(weights.sum(axis=1).max()))
+        tables = dict(sorted_scan=aligned_zeros((bucket, base.p, n_pad, 1), dtype),
+                      full_scan=aligned_zeros((bucket, base.p, 1, 1), dtype),
+                      root_cum=aligned_zeros((bucket, base.p, n_pad + 1, 1), dtype),
+                      scan=aligned_zeros((bucket, n_pad, 1), dtype))
+        tables["scan"][:P, :n, 0] = (base.stats[:, 1] - base.stats[:, 0])[None, :] * weights
+        return tables
 
     @staticmethod
     def from_problems(
@@ -135,8 +139,8 @@ class SweepData(eqx.Module):
         else:
             total = None
             scan_dtype = first.stats.dtype
-        if total is not None and total < 2**15:
-            scan_dtype = np.int16  # exact, and halves the scan's memory traffic
+        if total is not None:
+            scan_dtype = count_dtype(total, scan_dtype)
         if total is not None and not binary and first.n_channels > 2:
             field_bits = packing_bits(total)
             scan_dtype = np.int64
@@ -216,8 +220,7 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     integer_counts = loss_kind == "count"
     if integer_counts:
         total = int(st.sum(axis=(1, 2)).max(initial=0))
-        mass_dtype = np.int16 if total < 2**15 else np.int32
-        st = st.sum(axis=2, keepdims=True, dtype=mass_dtype)
+        st = st.sum(axis=2, keepdims=True, dtype=count_dtype(total))
     # Blocks of problems are gathered and summed on the pool's threads (numpy releases
     # the GIL): these tables are most of the host work of a large batch.
     chunks = range(0, count, TABLE_CHUNK)
@@ -257,6 +260,12 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     scan_padded[:count] = scan
     return {"sorted_scan": sorted_scan, "full_scan": full_scan,
             "root_cum": cumulative(in_order(st, count)), "scan": scan_padded}
+
+
+def count_dtype(total: int, wider=np.int32):
+    """int16 for integer counts whose sums stay below 2**15 (exact, and half the memory
+    traffic of the scans), else `wider`."""
+    return np.int16 if total < 2**15 else wider
 
 
 def packing_bits(total: int) -> int:
@@ -377,6 +386,20 @@ def _extreme_prefix_sums(x: Array, valid: Array) -> tuple[Array, Array]:
     return jax.lax.reduce((x, high, low), identity, combine, (1,))
 
 
+def _wide(dtype) -> jnp.dtype:
+    """Integer type for `2a - T` of prefix sums `a` in `dtype` (which may leave int16)."""
+    return jnp.int64 if dtype == jnp.int64 else jnp.int32
+
+
+def _two_class_score(part_total: Array, top: Array, bottom: Array) -> Array:
+    """Best split score `max(|T|, 2 top - T, T - 2 bottom)` of a set with signed total T
+    and largest/smallest valid prefix sums `top`/`bottom` (see `_binary_full_row`)."""
+    wide = _wide(part_total.dtype)
+    part_total, top, bottom = (v.astype(wide) for v in (part_total, top, bottom))
+    return jnp.maximum(jnp.abs(part_total),
+                       jnp.maximum(2 * top - part_total, part_total - 2 * bottom))
+
+
 def _binary_full_row(
     data: SweepData, i: Array, f0: Array, f: Array, cuts: Array
 ) -> tuple[Array, Array]:
@@ -392,14 +415,11 @@ def _binary_full_row(
     d = data.sorted_scan[i, f, :, 0]
     left = jnp.where(inside, d[None, :], 0).astype(d.dtype)
     valid = data.cut_valid[lay, f, 1:]
-    wide = jnp.int64 if d.dtype == jnp.int64 else jnp.int32  # 2a - T may leave int16
     pre_tot = data.root_cum[i, f0, cuts]  # (K, C)
     suf_tot = data.root_cum[i, f0, -1][None] - pre_tot
 
     def best(part: Array) -> Array:
-        part_total, top, bottom = (v.astype(wide) for v in _extreme_prefix_sums(part, valid))
-        return jnp.maximum(jnp.abs(part_total), jnp.maximum(2 * top - part_total,
-                                                            part_total - 2 * bottom))
+        return _two_class_score(*_extreme_prefix_sums(part, valid))
 
     prefix = best(left)
     suffix = best(jnp.where(inside, 0, d[None, :]).astype(d.dtype))
@@ -648,23 +668,15 @@ def sweep_grid(
     step = functools.partial(_grid_step, cuts.astype(key_dtype))
     (total, left, top_l, bottom_l, top_r, bottom_r), _ = jax.lax.scan(
         step, carry, (xs, keys, valid))
-    wide = jnp.int64 if dtype == jnp.int64 else jnp.int32
-
-    def best(part_total, top, bottom):
-        part_total, top, bottom = (v.astype(wide) for v in (part_total, top, bottom))
-        return jnp.maximum(jnp.abs(part_total),
-                           jnp.maximum(2 * top - part_total, part_total - 2 * bottom))
-
     right = total[:, None, None, :] - left
-    # Set totals: cumulative counts in f0's order at each cut (O(1) per cut).
-    cum = data.root_cum[problem][:, slot_f0]  # (Q, S, n+1, C)
-    at_cut = jnp.take_along_axis(cum, jnp.transpose(cuts, (2, 0, 1))[..., None], axis=2)
-    pre_tot = jnp.sum(at_cut, axis=-1).astype(wide)  # (Q, S, K)
-    suf_tot = jnp.sum(cum[:, :, -1], axis=-1).astype(wide)[..., None] - pre_tot
-    pre_tot = jnp.transpose(pre_tot, (1, 2, 0))[None]  # (1, S, K, Q)
-    suf_tot = jnp.transpose(suf_tot, (1, 2, 0))[None]
-    prefix = (pre_tot - best(left, top_l, bottom_l)) // 2
-    suffix = (suf_tot - best(right, top_r, bottom_r)) // 2
+    # Set totals: the summed weight in f0's order at each cut (O(1) per cut; integer
+    # counts keep one `root_cum` channel), read at the cuts alone.
+    wide = _wide(dtype)
+    pre_tot = data.root_cum[problem[None, None, :], slot_f0[:, None, None], cuts, 0]
+    pre_tot = pre_tot.astype(wide)  # (S, K, Q)
+    suf_tot = data.root_cum[problem, 0, -1, 0].astype(wide)[None, None, :] - pre_tot
+    prefix = (pre_tot[None] - _two_class_score(left, top_l, bottom_l)) // 2
+    suffix = (suf_tot[None] - _two_class_score(right, top_r, bottom_r)) // 2
     return prefix, suffix
 
 
@@ -682,7 +694,7 @@ def best_stumps(
     """
     d = data.sorted_scan[problem, :, :, 0]  # (Q, p, n); prefix sums stay in its dtype
     left = jnp.concatenate([jnp.zeros_like(d[..., :1]), _cumsum(d, axis=2)], axis=2)
-    left = left.astype(jnp.int64 if d.dtype == jnp.int64 else jnp.int32)  # |a| + |T-a|
+    left = left.astype(_wide(d.dtype))  # |a| + |T - a| may leave int16
     total = left[..., -1:]
     score = jnp.where(valid, jnp.abs(left) + jnp.abs(total - left), -1)
     position = jnp.argmax(score, axis=2)  # the first of equal scores

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -94,6 +95,26 @@ class Counters:
 
 
 COUNTER_NAMES = tuple(field.name for field in dataclasses.fields(Counters))
+
+
+class GridPlan(NamedTuple):
+    """Where `sweep_grid` puts a request's rows (`KernelRunner._grid_plan`).
+
+    Lanes: `lane_problem` `(blocks * GRID_BLOCK,)` problems, `slot_f0` `(S,)` root
+    features and `lane_cuts` `(blocks, S, width, GRID_BLOCK)` their cuts (0 where
+    unused). Per row: the `block`, `slot` and `lane` of its group and the `offset` of
+    its `K` cuts in the group's width. `elements`: the lane-samples swept.
+    """
+
+    K: int
+    lane_cuts: np.ndarray
+    lane_problem: np.ndarray
+    slot_f0: np.ndarray
+    block: np.ndarray
+    slot: np.ndarray
+    offset: np.ndarray
+    lane: np.ndarray
+    elements: int
 
 
 class KernelRunner:
@@ -229,7 +250,7 @@ class KernelRunner:
             return self._run_grid(plan, f, cuts.shape[1])
         return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
 
-    def _grid_plan(self, problem, f0, cuts) -> dict | None:
+    def _grid_plan(self, problem, f0, cuts) -> GridPlan | None:
         """Where each row's cuts go in `sweep_grid`'s lanes, or None to sweep rows.
 
         Rows come grouped by tuple (consecutive rows sharing problem, root feature and
@@ -274,10 +295,10 @@ class KernelRunner:
         lane_problem[: len(problems)] = problems
         padded_f0 = np.zeros(slots, dtype=np.int32)
         padded_f0[: len(slot_f0)] = slot_f0
-        return dict(K=K, lane_cuts=lane_cuts, lane_problem=lane_problem, slot_f0=padded_f0,
-                    block=t_block[tuple_of_row], slot=t_slot[tuple_of_row],
-                    offset=(r * K)[tuple_of_row], lane=t_lane[tuple_of_row],
-                    elements=grid_elements * self.data.length)
+        return GridPlan(K=K, lane_cuts=lane_cuts, lane_problem=lane_problem,
+                        slot_f0=padded_f0, block=t_block[tuple_of_row],
+                        slot=t_slot[tuple_of_row], offset=(r * K)[tuple_of_row],
+                        lane=t_lane[tuple_of_row], elements=grid_elements * self.data.length)
 
     def _problem_axis(self):
         """`(data, place)`: `place(array, axis)` splits the problem axis over the devices.
@@ -298,33 +319,33 @@ class KernelRunner:
 
         return self._replicated(shardings[1]), place
 
-    def _run_grid(self, plan: dict, f: np.ndarray, n_cuts: int):
+    def _run_grid(self, plan: GridPlan, f: np.ndarray, n_cuts: int):
         """Rows swept by `sweep_grid`, as `_grid_plan` placed them."""
         rows = len(f)
         out_pre = np.empty((rows, n_cuts))
         out_suf = np.empty((rows, n_cuts))
         data, place = self._problem_axis()
-        lane_problem, lane_cuts, slot_f0 = plan["lane_problem"], plan["lane_cuts"], plan["slot_f0"]
+        lane_problem, lane_cuts, slot_f0 = plan.lane_problem, plan.lane_cuts, plan.slot_f0
         args = (data, place(lane_problem[:GRID_BLOCK], 0), slot_f0, place(lane_cuts[0], 2))
         exe = self._executable("grid", sweep_grid, args, {})
         # each row's K cuts (K = 1: one cut, repeated) as flat indices of a block's
         # [f, slot, cut, lane] output: one np.take per output, 10x a fancy index
         _, slots, width, lanes = lane_cuts.shape
-        cut_index = plan["offset"][:, None] + np.arange(plan["K"])[None, :]
-        flat = (((f[:, None] * slots + plan["slot"][:, None]) * width + cut_index) * lanes
-                + plan["lane"][:, None])
+        cut_index = plan.offset[:, None] + np.arange(plan.K)[None, :]
+        flat = (((f[:, None] * slots + plan.slot[:, None]) * width + cut_index) * lanes
+                + plan.lane[:, None])
 
         def run_block(b: int) -> None:
             pre, suf = exe(data, place(lane_problem[b * GRID_BLOCK : (b + 1) * GRID_BLOCK], 0),
                            slot_f0, place(lane_cuts[b], 2))
-            mine = np.nonzero(plan["block"] == b)[0]
+            mine = np.nonzero(plan.block == b)[0]
             out_pre[mine] = np.take(np.asarray(pre).reshape(-1), flat[mine])
             out_suf[mine] = np.take(np.asarray(suf).reshape(-1), flat[mine])
 
         blocks = len(lane_cuts)
         run_all(run_block, range(blocks))
         self.counters.add(rows_evaluated=rows, cut_evaluations=rows * n_cuts,
-                          cut_elements=plan["elements"])
+                          cut_elements=plan.elements)
         return out_pre, out_suf
 
     def can_sweep_grid(self) -> bool:

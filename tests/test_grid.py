@@ -150,8 +150,7 @@ def test_stat_tables_filled_by_reweighting_equal_from_problems(scale):
     """`solve_batch` fills the two-class stat tables during the reweighting pass; they
     equal the ones `SweepData.from_problems` builds from the problems."""
     _, _, _, W, base, _, _ = shared_batch(3, 57, 4, 37, scale=scale)
-    buffers = SweepData.shared_stat_buffers(len(W), base.p, base.n, int(W.sum(axis=1).max()))
-    buffers["scan"][: len(W), : base.n, 0] = (base.stats[:, 1] - base.stats[:, 0]) * W
+    buffers = SweepData.shared_stat_buffers(base, W)
     problems, _ = base.reweighted(W, block=5, signed_out=buffers["sorted_scan"],
                                   mass_out=buffers["root_cum"])
     with jax.enable_x64(True):
