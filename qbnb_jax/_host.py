@@ -266,17 +266,23 @@ def depth2_trees_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid:
         k0 = cut_pos[q, f0[q], t[q]]
         left = first.rank[f0[q]] < k0[:, None]  # (Q, n), sample order
 
+        if C == 2:
+            signed_all = stats[..., 1] - stats[..., 0]
+
         def best_position(mask: np.ndarray, f: np.ndarray) -> np.ndarray:
-            if stats.shape[2] == 2:  # one signed channel, not (Q, n, 2) ordered stats
-                signed = np.where(mask, stats[..., 1] - stats[..., 0], 0)
-                total = np.where(mask, stats.sum(axis=2), 0).sum(axis=1).astype(np.float64)
-                loss = signed_split_losses(np.take_along_axis(signed, first.perm[f], axis=1),
-                                           total[:, None])
-            else:
-                masked = np.where(mask[..., None], stats, 0)
-                total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
-                ordered = np.take_along_axis(masked, first.perm[f][..., None], axis=1)
-                loss = split_losses(ordered, total, first.loss_kind)
+            if C == 2:
+                # `signed_split_losses` in integers: the loss is (T - |d| - |D - d|) / 2
+                # with d the prefix sums, so the least loss is the largest |d| + |D - d|
+                # (the first of equal ones, as argmin takes the first least loss).
+                d = np.zeros((len(q), n + 1), dtype=np.int32)  # counts below 2**31
+                np.cumsum(np.take_along_axis(signed_all * mask, first.perm[f], axis=1),
+                          axis=1, out=d[:, 1:])
+                score = np.abs(d) + np.abs(d[:, -1:] - d)
+                return np.argmax(np.where(cut_valid[q, f], score, -1), axis=1)
+            masked = np.where(mask[..., None], stats, 0)
+            total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
+            ordered = np.take_along_axis(masked, first.perm[f][..., None], axis=1)
+            loss = split_losses(ordered, total, first.loss_kind)
             return np.argmin(np.where(cut_valid[q, f], loss, np.inf), axis=1)
 
         def thresholds(f: np.ndarray, k: np.ndarray) -> np.ndarray:
