@@ -31,7 +31,7 @@ import numpy as np
 from ._data import ThresholdTables
 from ._host import stump_losses, stumps_of_all_shared
 from ._runner import GRID_MIN_PROBLEMS, KernelRunner, pow2_at_least
-from ._search import RTOL, Search
+from ._search import RTOL, Search, depth2_splits
 
 # The paper's s' = floor(0.6 n s / (b - a)) for W1, capped to keep rows short.
 W1_FACTOR = 0.6
@@ -135,7 +135,7 @@ class Depth2Search:
         search = self.searches[q]
         if value < search.incumbent:
             search.depth2_spec = (f0, t, f1, f2)
-        search.offer(value, functools.partial(search.depth2_splits, f0, t, f1, f2))
+        search.offer(value, functools.partial(depth2_splits, search.problem, f0, t, f1, f2))
         self.incumbent[q] = search.incumbent
 
     # -- driver -------------------------------------------------------------------------

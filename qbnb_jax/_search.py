@@ -83,22 +83,10 @@ class Search:
         return self._splits
 
     def stump_splits(self, mask: np.ndarray, feature: int | None = None):
-        features = None if feature is None else [feature]
-        loss, f, k = best_stump(self.problem, mask, features)
-        return loss, (f, position_threshold(self.problem, f, k), None, None)
+        return stump_splits(self.problem, mask, feature)
 
     def depth2_splits(self, f0: int, t: int, f1: int, f2: int, mask: np.ndarray | None = None):
-        """Spec of the root cut t of f0 with the best stumps on f1 (left), f2 (right).
-
-        `mask`: the samples the tree is for (default all).
-        """
-        problem = self.problem
-        k = int(problem.cut_pos[f0, t])
-        left = problem.rank[f0] < k
-        inside = np.ones(problem.n, dtype=bool) if mask is None else mask
-        _, left_spec = self.stump_splits(inside & left, f1)
-        _, right_spec = self.stump_splits(inside & ~left, f2)
-        return (f0, position_threshold(problem, f0, k), left_spec, right_spec)
+        return depth2_splits(self.problem, f0, t, f1, f2, mask)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -148,3 +136,27 @@ class Search:
         return min(self.lower_bound, self.incumbent), upper, self._splits
 
     # -- result -----------------------------------------------------------------------
+
+
+def stump_splits(problem: Problem, mask: np.ndarray, feature: int | None = None):
+    """`(loss, spec)` of the best stump of the samples in `mask` (on `feature` alone)."""
+    features = None if feature is None else [feature]
+    loss, f, k = best_stump(problem, mask, features)
+    return loss, (f, position_threshold(problem, f, k), None, None)
+
+
+def depth2_splits(problem: Problem, f0: int, t: int, f1: int, f2: int,
+                  mask: np.ndarray | None = None):
+    """Spec of the root cut t of f0 with the best stumps on f1 (left), f2 (right).
+
+    `mask`: the samples the tree is for (default all). A function of the problem, not
+    of a `Search`, so that an incumbent's deferred spec (`Search.offer`) holds no
+    reference back to its search: a batch's searches are then freed as soon as it
+    ends rather than by the cyclic garbage collector (3% of a 1,000-problem batch).
+    """
+    k = int(problem.cut_pos[f0, t])
+    left = problem.rank[f0] < k
+    inside = np.ones(problem.n, dtype=bool) if mask is None else mask
+    _, left_spec = stump_splits(problem, inside & left, f1)
+    _, right_spec = stump_splits(problem, inside & ~left, f2)
+    return (f0, position_threshold(problem, f0, k), left_spec, right_spec)
