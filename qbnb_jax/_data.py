@@ -471,16 +471,18 @@ def _cut_tables(valid: np.ndarray, cum: np.ndarray, cut_pos: np.ndarray,
     `(..., n+1)`: the summed slack before each position. Threshold index t in 0..u(f):
     t=0 sends nothing left, t=u(f) everything (and so do the entries past it); in
     between, the cut at the t-th valid position. The valid positions, row by row in
-    order (`flatnonzero`), fill each row's first u(f) - 1 entries in the same order (a
-    boolean mask): 1.7x faster than a stable sort of the flags.
+    order (`flatnonzero`, less each row's offset), fill each row's first u(f) - 1
+    entries in the same order (a boolean mask): 2x faster than a stable sort of the
+    flags.
     """
     n = cum.shape[-1] - 1
     counts = valid.sum(axis=-1)
     cut_pos[..., 0] = 0
     cut_pos[..., 1:] = n
     if n > 1:
+        row_start = np.arange(counts.size) * (n - 1) - 1  # flat index of position 0
         cut_pos[..., 1:n][np.arange(n - 1) < counts[..., None]] = (
-            np.flatnonzero(valid) % (n - 1) + 1)
+            np.flatnonzero(valid) - np.repeat(row_start, counts.reshape(-1)))
     rows = cut_pos.reshape(-1, n + 1)
     at = rows + (np.arange(len(rows)) * (n + 1))[:, None]
     np.take(cum.reshape(-1), at, out=slack_left.reshape(-1, n + 1))

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from qbnb_jax._data import make_problem
+from qbnb_jax._data import _cut_tables, make_problem
 from qbnb_jax._depth2 import row_searchsorted
 from qbnb_jax._host import stump_losses, stumps_of_all_shared
 
@@ -24,6 +24,27 @@ def test_row_searchsorted_equals_numpy(n_rows):
             want = [np.searchsorted(table[r], v, side=side) for r, v in zip(rows, values)]
             np.testing.assert_array_equal(row_searchsorted(table, rows, values, side),
                                           np.asarray(want, dtype=np.int64))
+
+
+def test_cut_tables_list_the_valid_positions_row_by_row():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(1, 30))
+        shape = tuple(int(d) for d in rng.integers(1, 4, size=rng.integers(1, 3)))
+        valid = rng.random(shape + (n - 1,)) < rng.random()  # rows with none, some, all
+        cum = np.cumsum(rng.integers(0, 3, size=shape + (n + 1,)), axis=-1)
+        cut_pos = np.empty(shape + (n + 1,), dtype=np.int16)
+        slack_left = np.empty(shape + (n + 1,), dtype=np.int32)
+        u = _cut_tables(valid, cum, cut_pos, slack_left)
+        for row in np.ndindex(shape):
+            # t = 0: nothing left; t = 1..u-1: the valid positions in order; then all
+            want = np.full(n + 1, n)
+            want[0] = 0
+            positions = np.flatnonzero(valid[row]) + 1
+            want[1 : 1 + len(positions)] = positions
+            assert u[row] == len(positions) + 1
+            np.testing.assert_array_equal(cut_pos[row], want)
+            np.testing.assert_array_equal(slack_left[row], cum[row][want])
 
 
 @pytest.mark.parametrize("n_classes", [2, 4])  # the signed-count path and the general one
