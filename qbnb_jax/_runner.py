@@ -17,7 +17,15 @@ import jax
 import numpy as np
 
 from ._data import Problem
-from ._kernels import SweepData, best_stumps, sweep_full, sweep_gathered, sweep_grid, sweep_windowed
+from ._kernels import (
+    GRID_LANES,
+    SweepData,
+    best_stumps,
+    sweep_full,
+    sweep_gathered,
+    sweep_grid,
+    sweep_windowed,
+)
 from ._parallel import THREADS, run_all
 
 # Elements of the (chunk, cuts, length, channels) intermediate processed at once:
@@ -34,10 +42,9 @@ MAX_CUTS = 32  # cuts per row per call; more are split into blocks
 GATHER_SHARE = 4
 WINDOW_CUTS = 8  # cuts per call for windowed and gathered rows
 # Full sweeps of every feature for at least this many problems of one shared two-class
-# layout go to `sweep_grid`, GRID_BLOCK problems per call (the problems are its vector
-# lanes: 64-128 ran 0.14-0.17 ms per problem at n = 1000, p = 10; 32 ran 5x slower).
+# layout go to `sweep_grid`, GRID_BLOCK problems (its vector lanes) per call.
 GRID_MIN_PROBLEMS = 32
-GRID_BLOCK = 128
+GRID_BLOCK = GRID_LANES
 # A lane-sample of `sweep_grid` cost about 1/17 of a row's cut-sample (0.17 against 2.9
 # ns on 2 threads, 1,000 bootstrap problems): the grid may compute up to this many times
 # the elements the rows ask for, as it does when a problem has few tuples left.
@@ -100,15 +107,16 @@ COUNTER_NAMES = tuple(field.name for field in dataclasses.fields(Counters))
 class GridPlan(NamedTuple):
     """Where `sweep_grid` puts a request's rows (`KernelRunner._grid_plan`).
 
-    Lanes: `lane_problem` `(blocks * GRID_BLOCK,)` problems, `slot_f0` `(S,)` root
-    features and `lane_cuts` `(blocks, S, width, GRID_BLOCK)` their cuts (0 where
-    unused). Per row: the `block`, `slot` and `lane` of its group and the `offset` of
-    its `K` cuts in the group's width. `elements`: the lane-samples swept.
+    Block b's lanes are problems `first[b] + lane` (`first`: `(blocks,)`, multiples of
+    GRID_BLOCK), `slot_f0` `(S,)` root features and `lane_cuts` `(blocks, S, width,
+    GRID_BLOCK)` their cuts (0 where unused). Per row: the `block`, `slot` and `lane` of
+    its group and the `offset` of its `K` cuts in the group's width. `elements`: the
+    lane-samples swept.
     """
 
     K: int
     lane_cuts: np.ndarray
-    lane_problem: np.ndarray
+    first: np.ndarray
     slot_f0: np.ndarray
     block: np.ndarray
     slot: np.ndarray
@@ -269,8 +277,7 @@ class KernelRunner:
         tuple_of_row = np.cumsum(starts) - 1
         first_row = np.flatnonzero(starts)
         t_problem, t_f0, t_cuts = problem[first_row], f0[first_row], cuts[first_row]
-        problems, t_lane = np.unique(t_problem, return_inverse=True)
-        if len(problems) < GRID_MIN_PROBLEMS:
+        if len(np.unique(t_problem)) < GRID_MIN_PROBLEMS:
             return None
         K = 1 if (t_cuts == t_cuts[:, :1]).all() else cuts.shape[1]  # the greedy start
         # r: the tuple's place among the tuples of its (problem, root feature)
@@ -283,19 +290,20 @@ class KernelRunner:
         slot_f0, t_slot = np.unique(t_f0, return_inverse=True)
         slots = min(p, pow2_at_least(len(slot_f0)))
         width = pow2_at_least((int(r.max()) + 1) * K)
-        blocks = -(-len(problems) // GRID_BLOCK)
+        # Blocks are fixed ranges of problems (a slice of `grid_scan` each), swept when
+        # one of their problems asks.
+        t_block, t_lane = np.divmod(t_problem, GRID_BLOCK)
+        present, t_block = np.unique(t_block, return_inverse=True)
+        blocks = len(present)
         grid_elements = blocks * GRID_BLOCK * slots * width * p
         if grid_elements > GRID_ADVANTAGE * rows * pow2_at_least(cuts.shape[1]):
             return None
         lane_cuts = np.zeros((blocks, slots, width, GRID_BLOCK), dtype=np.int32)
-        t_block, t_lane = np.divmod(t_lane, GRID_BLOCK)
         for k in range(K):
             lane_cuts[t_block, t_slot, r * K + k, t_lane] = t_cuts[:, k]
-        lane_problem = np.zeros(blocks * GRID_BLOCK, dtype=np.int32)
-        lane_problem[: len(problems)] = problems
         padded_f0 = np.zeros(slots, dtype=np.int32)
         padded_f0[: len(slot_f0)] = slot_f0
-        return GridPlan(K=K, lane_cuts=lane_cuts, lane_problem=lane_problem,
+        return GridPlan(K=K, lane_cuts=lane_cuts, first=(present * GRID_BLOCK).astype(np.int32),
                         slot_f0=padded_f0, block=t_block[tuple_of_row],
                         slot=t_slot[tuple_of_row], offset=(r * K)[tuple_of_row],
                         lane=t_lane[tuple_of_row], elements=grid_elements * self.data.length)
@@ -325,8 +333,8 @@ class KernelRunner:
         out_pre = np.empty((rows, n_cuts))
         out_suf = np.empty((rows, n_cuts))
         data, place = self._problem_axis()
-        lane_problem, lane_cuts, slot_f0 = plan.lane_problem, plan.lane_cuts, plan.slot_f0
-        args = (data, place(lane_problem[:GRID_BLOCK], 0), slot_f0, place(lane_cuts[0], 2))
+        lane_cuts, slot_f0 = plan.lane_cuts, plan.slot_f0
+        args = (data, plan.first[0], slot_f0, place(lane_cuts[0], 2))
         exe = self._executable("grid", sweep_grid, args, {})
         # each row's K cuts (K = 1: one cut, repeated) as flat indices of a block's
         # [f, slot, cut, lane] output: one np.take per output, 10x a fancy index
@@ -336,8 +344,7 @@ class KernelRunner:
                 + plan.lane[:, None])
 
         def run_block(b: int) -> None:
-            pre, suf = exe(data, place(lane_problem[b * GRID_BLOCK : (b + 1) * GRID_BLOCK], 0),
-                           slot_f0, place(lane_cuts[b], 2))
+            pre, suf = exe(data, plan.first[b], slot_f0, place(lane_cuts[b], 2))
             mine = np.nonzero(plan.block == b)[0]
             out_pre[mine] = np.take(np.asarray(pre).reshape(-1), flat[mine])
             out_suf[mine] = np.take(np.asarray(suf).reshape(-1), flat[mine])
@@ -349,9 +356,10 @@ class KernelRunner:
         return out_pre, out_suf
 
     def can_sweep_grid(self) -> bool:
-        """Whether this data serves `sweep_grid` and `best_stumps`: shared two-class layout."""
+        """Whether this data serves `sweep_grid` and `best_stumps`: shared two-class layout
+        with its position-major table."""
         data = self.data
-        return (data.binary and data.rank_in_root.shape[0] == 1
+        return (data.binary and data.rank_in_root.shape[0] == 1 and data.grid_scan.size > 0
                 and np.issubdtype(np.dtype(data.scan_dtype), np.integer))
 
     def stumps(self, problem: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

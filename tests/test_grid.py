@@ -35,8 +35,7 @@ def test_sweep_grid_equals_sweep_full(n, scale):
         cuts[:, 0, :2] = 0  # empty prefixes
         cuts[:, -1, 2:4] = n  # empty suffixes
         slot_f0 = np.array([2, 0, 3, 2], dtype=np.int32)  # any root features, repeats too
-        pre, suf = (np.asarray(a) for a in sweep_grid(data, np.arange(9, dtype=np.int32),
-                                                      slot_f0, cuts))
+        pre, suf = (np.asarray(a) for a in sweep_grid(data, np.int32(0), slot_f0, cuts))
         q, slot, f = (a.ravel() for a in np.meshgrid(np.arange(9), np.arange(4), np.arange(4),
                                                      indexing="ij"))
         want_pre, want_suf = sweep_full(data, q.astype(np.int32), slot_f0[slot],
@@ -152,7 +151,8 @@ def test_stat_tables_filled_by_reweighting_equal_from_problems(scale):
     _, _, _, W, base, _, _ = shared_batch(3, 57, 4, 37, scale=scale)
     buffers = SweepData.shared_stat_buffers(base, W)
     problems, _ = base.reweighted(W, block=5, signed_out=buffers["sorted_scan"],
-                                  mass_out=buffers["root_cum"])
+                                  mass_out=buffers["root_cum"],
+                                  by_position_out=buffers["grid_scan"])
     with jax.enable_x64(True):
         want = SweepData.from_problems([base], problems, [0] * len(problems))
         got = SweepData.from_problems([base], problems, [0] * len(problems),
