@@ -112,6 +112,7 @@ class Depth2Search:
         self.exact = np.array([search.exact for search in searches])
         self.atol = np.array([search.atol for search in searches])
         self.incumbent = np.array([search.incumbent for search in searches])
+        self.spec = np.full((P, 4), -1, dtype=np.int64)  # (f0, t, f1, f2) of an incumbent
         self.lower = np.full(P, -np.inf)  # proved bound per problem (set when it ends)
         if data_index is None:
             data_index = np.arange(P) if P > 1 else [runner.problem_index]
@@ -130,13 +131,14 @@ class Depth2Search:
         inc = self.incumbent[q]
         return np.where(self.exact[q], lower < inc, lower <= inc + self.tolerance(q))
 
-    def offer(self, q: int, value: float, f0: int, t: int, f1: int, f2: int) -> None:
-        """Tree (root cut t of f0, best stumps on f1 left and f2 right) achieves value."""
-        search = self.searches[q]
-        if value < search.incumbent:
-            search.depth2_spec = (f0, t, f1, f2)
-        search.offer(value, functools.partial(depth2_splits, search.problem, f0, t, f1, f2))
-        self.incumbent[q] = search.incumbent
+    def offer(self, q, value, f0, t, f1, f2) -> None:
+        """Trees (root cut t of f0, best stumps on f1 left and f2 right) achieve `value`
+        for problems `q` (distinct, arrays alike): each that beats its problem's
+        incumbent replaces it. The searches learn their incumbents when `run` ends."""
+        better = value < self.incumbent[q]
+        q = q[better]
+        self.incumbent[q] = value[better]
+        self.spec[q] = np.stack([f0, t, f1, f2], axis=-1)[better]
 
     # -- driver -------------------------------------------------------------------------
     def run(self) -> None:
@@ -149,6 +151,12 @@ class Depth2Search:
                 kind, args = steps.send(getattr(self.runner, kind)(*args[:-1], problem=rows))
         except StopIteration:
             pass
+        for q in np.flatnonzero(self.spec[:, 0] >= 0):  # a tree beat the search's cutoff
+            search = self.searches[q]
+            spec = tuple(int(v) for v in self.spec[q])
+            search.depth2_spec = spec
+            search.offer(float(self.incumbent[q]),
+                         functools.partial(depth2_splits, search.problem, *spec))
         for q, search in enumerate(self.searches):
             search.incumbent = float(self.incumbent[q])
             search.lower_bound = float(self.lower[q])
@@ -265,11 +273,10 @@ class Depth2Search:
         pre, suf = pre[:, 0].reshape(P, p), suf[:, 0].reshape(P, p)
         f1, f2 = pre.argmin(axis=1), suf.argmin(axis=1)
         value = pre[np.arange(P), f1] + suf[np.arange(P), f2]
-        for q in np.nonzero(value < self.incumbent)[0]:
-            pr = self.searches[q].problem
-            table = pr.cut_pos[root[q], : pr.n_thresholds[root[q]] + 1]
-            t = int(np.searchsorted(table, k[q]))
-            self.offer(q, float(value[q]), int(root[q]), t, int(f1[q]), int(f2[q]))
+        # the root's threshold index: cut positions ascend to u(f), then repeat n
+        t = row_searchsorted(self.cut_pos.reshape(P * p, -1), np.arange(P) * p + root, k,
+                             "left")
+        self.offer(np.arange(P), value, root, t, f1, f2)
 
     # -- one iteration --------------------------------------------------------------------
     def step(self, pr, f0, lo, hi, F1, F2, ends):
@@ -361,11 +368,8 @@ class Depth2Search:
         first = order[np.r_[True, pr[order][1:] != pr[order][:-1]]]  # each problem's best
         won = first[best[first] < self.incumbent[pr[first]]]
         jj = best_j[won]
-        f1, f2 = P[won, jj].argmin(axis=1), S[won, jj].argmin(axis=1)
-        for q, value, root, t, left, right in zip(
-                pr[won].tolist(), best[won].tolist(), f0[won].tolist(),
-                cuts[won, jj].tolist(), f1.tolist(), f2.tolist()):
-            self.offer(q, value, root, t, left, right)
+        self.offer(pr[won], best[won], f0[won], cuts[won, jj], P[won, jj].argmin(axis=1),
+                   S[won, jj].argmin(axis=1))
 
     def slack(self, pr, f0, P, S, piece_lo, piece_hi, keep1, keep2, piece_lb, child_lo,
               child_hi, alive):
