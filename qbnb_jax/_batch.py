@@ -30,6 +30,7 @@ from ._deep import DeepSearch
 from ._depth2 import solve_depth2
 from ._host import depth2_trees_shared
 from ._kernels import SweepData
+from ._memory import tune_malloc
 from ._parallel import THREADS
 from ._runner import COUNTER_NAMES, KernelRunner
 from ._search import Search
@@ -79,6 +80,7 @@ def solve_batch(
         ```
     """
     _check_options(depth, bound, s, time_limit)
+    tune_malloc()
     with _collector_paused():
         return _solve_batch(X, y, sample_weights, task=task, depth=depth, bound=bound, s=s,
                             time_limit=time_limit, progress=progress)
@@ -168,6 +170,7 @@ def solve_many(
     start = time.perf_counter()
     if len(datasets) == 0:
         raise ValueError("datasets is empty: give at least one (X, y) pair.")
+    tune_malloc()
     with _collector_paused():
         return _solve_datasets(datasets, task=task, depth=depth, bound=bound, s=s,
                                time_limit=time_limit, progress=progress, start=start)
