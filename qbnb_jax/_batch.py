@@ -110,9 +110,9 @@ def _solve_stacked(base: Problem, W: np.ndarray, options: dict) -> list[SolveRes
     stat_tables = None
     if base.n_channels == 2:  # the kernels' stat tables come out of the reweighting pass
         stat_tables = SweepData.shared_stat_buffers(base, W)
-    problems, tables = base.reweighted(W, **({} if stat_tables is None else dict(
-        signed_out=stat_tables["sorted_scan"], mass_out=stat_tables["root_cum"],
-        by_position_out=stat_tables["grid_scan"])))
+    problems, tables = base.reweighted(
+        W, signed_out=None if stat_tables is None else stat_tables["sorted_scan"],
+        mass_out=None if stat_tables is None else stat_tables["root_cum"])
     return _solve_problems([base], problems, [0] * len(problems), tables=tables,
                            stat_tables=stat_tables, **options)
 

@@ -96,8 +96,7 @@ class Problem:
         )
 
     def reweighted(self, weights: np.ndarray, block: int = 16, *,
-                   signed_out: np.ndarray | None = None, mass_out: np.ndarray | None = None,
-                   by_position_out: np.ndarray | None = None
+                   signed_out: np.ndarray | None = None, mass_out: np.ndarray | None = None
                    ) -> tuple[list[Problem], ThresholdTables]:
         """The same samples and layout under each row of integer weights `(P, n)`.
 
@@ -116,8 +115,7 @@ class Problem:
         `SweepData.shared_stat_buffers`), which it computes on the way:
         `signed_out[q, f, k, 0]`, problem q's signed count (class 1 minus class 0) at
         sorted position k of f; `mass_out[q, f, k, 0]`, its weight before position k
-        (the total past n). Both `(>= P, p, >= n (+ 1), 1)`, entries beyond left alone;
-        `by_position_out[k, f, q]` `(>= n, p, >= P)`, the signed counts again, transposed.
+        (the total past n). Both `(>= P, p, >= n (+ 1), 1)`, entries beyond left alone.
         """
         n, p = self.n, self.p
         P = len(weights)
@@ -165,11 +163,8 @@ class Problem:
             n_thresholds[b0 : b0 + B] = _cut_tables(valid, cum_weight, cut_pos[b0 : b0 + B],
                                                     slack_left[b0 : b0 + B])
             if signed_out is not None:
-                signed = signed_out[b0 : b0 + B, :, :n, 0]
-                np.multiply(w_sorted, signed_sorted, out=signed,
+                np.multiply(w_sorted, signed_sorted, out=signed_out[b0 : b0 + B, :, :n, 0],
                             casting="unsafe")  # |values| <= the weights' sum: they fit
-                if by_position_out is not None:
-                    by_position_out[:n, :, b0 : b0 + B] = signed.transpose(2, 1, 0)
             if mass_out is not None:
                 mass = mass_out[b0 : b0 + B, :, :, 0]
                 mass[:, :, : n + 1] = cum_weight

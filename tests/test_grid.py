@@ -151,8 +151,7 @@ def test_stat_tables_filled_by_reweighting_equal_from_problems(scale):
     _, _, _, W, base, _, _ = shared_batch(3, 57, 4, 37, scale=scale)
     buffers = SweepData.shared_stat_buffers(base, W)
     problems, _ = base.reweighted(W, block=5, signed_out=buffers["sorted_scan"],
-                                  mass_out=buffers["root_cum"],
-                                  by_position_out=buffers["grid_scan"])
+                                  mass_out=buffers["root_cum"])
     with jax.enable_x64(True):
         want = SweepData.from_problems([base], problems, [0] * len(problems))
         got = SweepData.from_problems([base], problems, [0] * len(problems),
