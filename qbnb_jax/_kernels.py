@@ -667,17 +667,18 @@ def _grid_step(cuts, carry, step):
 @jax.jit
 def sweep_grid(
     data: SweepData, first: Int[Array, ""], slot_f0: Int[Array, " S"],
-    cuts: Int[Array, "S K Q"]
-) -> tuple[Shaped[Array, "p S K Q"], Shaped[Array, "p S K Q"]]:
-    """`sweep_full` for every feature of the Q two-class problems `first + q` at S root
+    feature: Int[Array, " F"], cuts: Int[Array, "S K Q"]
+) -> tuple[Shaped[Array, "F S K Q"], Shaped[Array, "F S K Q"]]:
+    """`sweep_full` for F features of the Q two-class problems `first + q` at S root
     features.
 
     All problems must use layout 0 (`data.layout_of`) and `data.grid_scan`, whose
     problem axis `first + Q` must not pass. `cuts[s, :, q]` are problem `first + q`'s
     cuts in root feature `slot_f0[s]`'s order (0 where unused).
 
-    **Returns:** `(prefix, suffix)` losses, `[f, s, k, q]` = `L1(prefix_c, f)` and
-    `L1(suffix_c, f)` at `c = cuts[s, k, q]`: the same integers `sweep_full` returns.
+    **Returns:** `(prefix, suffix)` losses, `[i, s, k, q]` = `L1(prefix_c, f)` and
+    `L1(suffix_c, f)` of `f = feature[i]` at `c = cuts[s, k, q]`: the same integers
+    `sweep_full` returns.
     """
     dtype = data.sorted_scan.dtype
     n = data.length
@@ -685,12 +686,13 @@ def sweep_grid(
     Q = cuts.shape[2]
     # A slice of the problem-minor table, its rows swapped: transposing
     # `sorted_scan[problems]` here cost a fifth of the sweep (4 ns a sample).
-    xs = jnp.transpose(jax.lax.dynamic_slice_in_dim(data.grid_scan, first, Q, axis=2),
-                       (1, 0, 2))  # (n, p, Q)
+    xs = jnp.transpose(jax.lax.dynamic_slice_in_dim(data.grid_scan, first, Q, axis=2)[feature],
+                       (1, 0, 2))  # (n, F, Q)
     # problems past the padded count exist only in `grid_scan`'s lanes: none is read
     problem = jnp.minimum(first + jnp.arange(Q), data.root_cum.shape[0] - 1)
-    keys = jnp.transpose(data.rank_in_root[0][slot_f0], (2, 1, 0)).astype(key_dtype)  # (n, p, S)
-    valid = jnp.transpose(data.cut_valid[0, :, 1:])  # (n, p)
+    keys = jnp.transpose(data.rank_in_root[0][slot_f0][:, feature], (2, 1, 0))
+    keys = keys.astype(key_dtype)  # (n, F, S)
+    valid = jnp.transpose(data.cut_valid[0][feature, 1:])  # (n, F)
     p = xs.shape[1]
     S, K, _ = cuts.shape
     lanes = jnp.zeros((p, S, K, Q), dtype)

@@ -108,16 +108,18 @@ class GridPlan(NamedTuple):
     """Where `sweep_grid` puts a request's rows (`KernelRunner._grid_plan`).
 
     Block b's lanes are problems `first[b] + lane` (`first`: `(blocks,)`, multiples of
-    GRID_BLOCK), `slot_f0` `(S,)` root features and `lane_cuts` `(blocks, S, width,
-    GRID_BLOCK)` their cuts (0 where unused). Per row: the `block`, `slot` and `lane` of
-    its group and the `offset` of its `K` cuts in the group's width. `elements`: the
-    lane-samples swept.
+    GRID_BLOCK), `slot_f0` `(S,)` root features, `feature` `(F,)` the features swept and
+    `lane_cuts` `(blocks, S, width, GRID_BLOCK)` the cuts (0 where unused). Per row: the
+    `block`, `slot` and `lane` of its group, the `offset` of its `K` cuts in the group's
+    width and its feature's `column` in `feature`. `elements`: the lane-samples swept.
     """
 
     K: int
     lane_cuts: np.ndarray
     first: np.ndarray
     slot_f0: np.ndarray
+    feature: np.ndarray
+    column: np.ndarray
     block: np.ndarray
     slot: np.ndarray
     offset: np.ndarray
@@ -253,19 +255,21 @@ class KernelRunner:
         `sweep_grid` (see `_grid_plan`), the rest to `sweep_full`.
         """
         problem = self._rows_of(problem, len(f0))
-        plan = self._grid_plan(problem, f0, cuts)
+        plan = self._grid_plan(problem, f0, f, cuts)
         if plan is not None:
             return self._run_grid(plan, f, cuts.shape[1])
         return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
 
-    def _grid_plan(self, problem, f0, cuts) -> GridPlan | None:
+    def _grid_plan(self, problem, f0, f, cuts) -> GridPlan | None:
         """Where each row's cuts go in `sweep_grid`'s lanes, or None to sweep rows.
 
         Rows come grouped by tuple (consecutive rows sharing problem, root feature and
         cuts). The tuples of one (problem, root feature) share a lane group, their cuts
         side by side; a slot per root feature present. The grid computes every feature
-        of every group, so it is chosen only when its lanes are at most GRID_ADVANTAGE
-        times the rows' cut-elements, and for at least GRID_MIN_PROBLEMS problems.
+        asked for (by any row) of every group, so it is chosen only when its lanes are
+        at most GRID_ADVANTAGE times the rows' cut-elements, and for at least
+        GRID_MIN_PROBLEMS problems. (Late iterations ask for a few features: the ones
+        the surviving trees can still use.)
         """
         rows = len(f0)
         if not self.can_sweep_grid() or rows == 0:
@@ -289,13 +293,15 @@ class KernelRunner:
         r[order] = np.arange(len(order)) - group_start
         slot_f0, t_slot = np.unique(t_f0, return_inverse=True)
         slots = min(p, pow2_at_least(len(slot_f0)))
+        feature, column = np.unique(f, return_inverse=True)
+        F = min(p, pow2_at_least(len(feature)))
         width = pow2_at_least((int(r.max()) + 1) * K)
         # Blocks are fixed ranges of problems (a slice of `grid_scan` each), swept when
         # one of their problems asks.
         t_block, t_lane = np.divmod(t_problem, GRID_BLOCK)
         present, t_block = np.unique(t_block, return_inverse=True)
         blocks = len(present)
-        grid_elements = blocks * GRID_BLOCK * slots * width * p
+        grid_elements = blocks * GRID_BLOCK * slots * width * F
         if grid_elements > GRID_ADVANTAGE * rows * pow2_at_least(cuts.shape[1]):
             return None
         lane_cuts = np.zeros((blocks, slots, width, GRID_BLOCK), dtype=np.int32)
@@ -303,8 +309,11 @@ class KernelRunner:
             lane_cuts[t_block, t_slot, r * K + k, t_lane] = t_cuts[:, k]
         padded_f0 = np.zeros(slots, dtype=np.int32)
         padded_f0[: len(slot_f0)] = slot_f0
+        padded_feature = np.full(F, feature[0], dtype=np.int32)  # repeats: unread columns
+        padded_feature[: len(feature)] = feature
         return GridPlan(K=K, lane_cuts=lane_cuts, first=(present * GRID_BLOCK).astype(np.int32),
-                        slot_f0=padded_f0, block=t_block[tuple_of_row],
+                        slot_f0=padded_f0, feature=padded_feature, column=column,
+                        block=t_block[tuple_of_row],
                         slot=t_slot[tuple_of_row], offset=(r * K)[tuple_of_row],
                         lane=t_lane[tuple_of_row], elements=grid_elements * self.data.length)
 
@@ -334,17 +343,18 @@ class KernelRunner:
         out_suf = np.empty((rows, n_cuts))
         data, place = self._problem_axis()
         lane_cuts, slot_f0 = plan.lane_cuts, plan.slot_f0
-        args = (data, plan.first[0], slot_f0, place(lane_cuts[0], 2))
+        args = (data, plan.first[0], slot_f0, plan.feature, place(lane_cuts[0], 2))
         exe = self._executable("grid", sweep_grid, args, {})
         # each row's K cuts (K = 1: one cut, repeated) as flat indices of a block's
-        # [f, slot, cut, lane] output: one np.take per output, 10x a fancy index
+        # [feature column, slot, cut, lane] output: one np.take per output, 10x a fancy
+        # index
         _, slots, width, lanes = lane_cuts.shape
         cut_index = plan.offset[:, None] + np.arange(plan.K)[None, :]
-        flat = (((f[:, None] * slots + plan.slot[:, None]) * width + cut_index) * lanes
-                + plan.lane[:, None])
+        flat = (((plan.column[:, None] * slots + plan.slot[:, None]) * width + cut_index)
+                * lanes + plan.lane[:, None])
 
         def run_block(b: int) -> None:
-            pre, suf = exe(data, plan.first[b], slot_f0, place(lane_cuts[b], 2))
+            pre, suf = exe(data, plan.first[b], slot_f0, plan.feature, place(lane_cuts[b], 2))
             mine = np.nonzero(plan.block == b)[0]
             out_pre[mine] = np.take(np.asarray(pre).reshape(-1), flat[mine])
             out_suf[mine] = np.take(np.asarray(suf).reshape(-1), flat[mine])

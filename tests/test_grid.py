@@ -35,16 +35,20 @@ def test_sweep_grid_equals_sweep_full(n, scale):
         cuts[:, 0, :2] = 0  # empty prefixes
         cuts[:, -1, 2:4] = n  # empty suffixes
         slot_f0 = np.array([2, 0, 3, 2], dtype=np.int32)  # any root features, repeats too
-        pre, suf = (np.asarray(a) for a in sweep_grid(data, np.int32(0), slot_f0, cuts))
-        q, slot, f = (a.ravel() for a in np.meshgrid(np.arange(9), np.arange(4), np.arange(4),
-                                                     indexing="ij"))
+        feature = np.array([3, 1, 0, 2, 1], dtype=np.int32)  # any order, repeats too
+        pre, suf = (np.asarray(a) for a in sweep_grid(data, np.int32(0), slot_f0, feature,
+                                                      cuts))
+        q, slot, column = (a.ravel() for a in np.meshgrid(np.arange(9), np.arange(4),
+                                                          np.arange(5), indexing="ij"))
+        f = feature[column]
         want_pre, want_suf = sweep_full(data, q.astype(np.int32), slot_f0[slot],
                                         f.astype(np.int32), cuts[slot, :, q])
-    np.testing.assert_array_equal(pre[f, slot, :, q], np.asarray(want_pre))
-    np.testing.assert_array_equal(suf[f, slot, :, q], np.asarray(want_suf))
+    np.testing.assert_array_equal(pre[column, slot, :, q], np.asarray(want_pre))
+    np.testing.assert_array_equal(suf[column, slot, :, q], np.asarray(want_suf))
 
 
-def test_full_requests_on_the_grid_equal_rows(monkeypatch):
+@pytest.mark.parametrize("features", [(0, 1, 2, 3), (3, 1)])  # all, or a subset swept
+def test_full_requests_on_the_grid_equal_rows(monkeypatch, features):
     """`KernelRunner.full` on the grid path: tuples of one (problem, root feature)
     side by side, subsets of features, a repeated single cut."""
     monkeypatch.setattr(_runner, "GRID_ADVANTAGE", 10**6)  # the grid, however sparse
@@ -59,11 +63,12 @@ def test_full_requests_on_the_grid_equal_rows(monkeypatch):
                 cuts = np.sort(rng.integers(0, 61, 4))
                 if rng.random() < 0.2:
                     cuts[:] = cuts[0]
-                for f in np.flatnonzero(rng.random(4) < 0.7) if q % 5 else range(4):
+                asked = [f for f in features if rng.random() < 0.7]
+                for f in sorted(asked if q % 5 else features):
                     rows.append((q, f0, f, *cuts))
         rows = np.array(rows)
         problem, f0, f, cuts = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3:]
-        assert runner._grid_plan(problem, f0, cuts) is not None
+        assert runner._grid_plan(problem, f0, f, cuts) is not None
         got = runner.full(f0, f, cuts, problem=problem)
         want = sweep_full(data, *(a.astype(np.int32) for a in (problem, f0, f, cuts)))
     np.testing.assert_array_equal(got[0], np.asarray(want[0]))
