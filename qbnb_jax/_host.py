@@ -256,7 +256,6 @@ def depth2_trees_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid:
     f0, t, f1, f2 = (np.asarray(c, dtype=np.int64) for c in specs.T)
     thr = np.empty((P, 3))  # thresholds of the root, its left and its right child
     sums = np.empty((P, 4, C))  # class weights of the leaves LL, LR, RL, RR
-    XT = first.X.T
 
     def fill(c0: int) -> None:  # problems c0 .. c0 + TREE_CHUNK - 1, on the pool's threads
         q = np.arange(c0, min(P, c0 + TREE_CHUNK))
@@ -306,13 +305,13 @@ def depth2_trees_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid:
             mid = np.where((lo <= mid) & (mid < hi), mid, lo)
             return np.where(k == 0, -np.inf, np.where(after >= n, np.inf, mid))
 
-        part = np.stack([thresholds(f0[q], k0),
-                         thresholds(f1[q], best_position(left, f1[q])),
-                         thresholds(f2[q], best_position(~left, f2[q]))], axis=1)
-        goes_left = XT[f0[q]] <= part[:, 0:1]
-        quadrant = np.where(goes_left, np.where(XT[f1[q]] <= part[:, 1:2], 0, 1),
-                            np.where(XT[f2[q]] <= part[:, 2:3], 2, 3))
-        thr[q] = part
+        k1, k2 = best_position(left, f1[q]), best_position(~left, f2[q])
+        thr[q] = np.stack([thresholds(f0[q], k0), thresholds(f1[q], k1),
+                           thresholds(f2[q], k2)], axis=1)
+        # Each cut's threshold sends a sample of positive weight left exactly when its
+        # rank is below the cut (zero weights add nothing to the sums): ranks, not values.
+        quadrant = np.where(left, np.where(first.rank[f1[q]] < k1[:, None], 0, 1),
+                            np.where(first.rank[f2[q]] < k2[:, None], 2, 3))
         sums[q] = np.bincount(((lanes[:, None] * 4 + quadrant) * C + first.y[None]).reshape(-1),
                               weights=weight.reshape(-1),
                               minlength=len(q) * 4 * C).reshape(len(q), 4, C)
