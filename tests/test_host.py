@@ -20,10 +20,15 @@ def test_row_searchsorted_equals_numpy(n_rows):
         rows = rng.integers(0, n_rows, int(rng.integers(0, 100)))
         values = rng.integers(-1, 22, len(rows)).astype(float)
         values[::3] = table[rows[::3], 0]  # ties with table entries
+        lo = rng.integers(0, width + 1, len(rows))
+        hi = np.minimum(width, lo + rng.integers(0, width + 1, len(rows)))
         for side in ("left", "right"):
             want = [np.searchsorted(table[r], v, side=side) for r, v in zip(rows, values)]
-            np.testing.assert_array_equal(row_searchsorted(table, rows, values, side),
-                                          np.asarray(want, dtype=np.int64))
+            want = np.asarray(want, dtype=np.int64)
+            np.testing.assert_array_equal(row_searchsorted(table, rows, values, side), want)
+            # a window [lo, hi]: the answer clipped to it
+            np.testing.assert_array_equal(row_searchsorted(table, rows, values, side, lo, hi),
+                                          np.clip(want, lo, hi))
 
 
 def test_cut_tables_list_the_valid_positions_row_by_row():
