@@ -58,7 +58,8 @@ def solve_batch(
     of its own samples (`(p, p, n)` int32 each), so float sums run in solve()'s order.
     With two classes and 32 or more such problems the kernels take the problems as
     vector lanes; 512 or more run as two halves on two threads (without a `progress`
-    callback). Neither changes any result.
+    callback). Neither changes any result. The first call sets glibc's malloc
+    thresholds for the process (`_memory.tune_malloc`; `QBNB_JAX_TUNE_MALLOC=0`: not).
 
     **Arguments:**
 
@@ -164,7 +165,8 @@ def solve_many(
 
     The datasets may differ in rows and features (and classes or targets); they are
     padded to common shapes with zero-weight samples and features that are never
-    swept. Result `i` is what `solve(*datasets[i], ...)` returns.
+    swept. Result `i` is what `solve(*datasets[i], ...)` returns. Like `solve_batch`,
+    it sets glibc's malloc thresholds once per process.
     """
     _check_options(depth, bound, s, time_limit)
     start = time.perf_counter()
