@@ -648,7 +648,7 @@ GRID_LANES = 128
 
 def _grid_step(cuts, carry, step):
     total, left, top_l, bottom_l, top_r, bottom_r = carry
-    x, key, valid = step  # (p, Q) signed counts, (p, S) root positions, (p,) valid
+    x, key, valid = step  # (F, Q) signed counts, (F, S) root positions, (F,) valid
     zero = jnp.zeros((), left.dtype)
     inside = key[:, :, None, None] < cuts[None]  # (p, S, K, Q)
     left = left + jnp.where(inside, x[:, None, None, :], zero)
@@ -693,10 +693,10 @@ def sweep_grid(
     keys = jnp.transpose(data.rank_in_root[0][slot_f0][:, feature], (2, 1, 0))
     keys = keys.astype(key_dtype)  # (n, F, S)
     valid = jnp.transpose(data.cut_valid[0][feature, 1:])  # (n, F)
-    p = xs.shape[1]
+    F = xs.shape[1]
     S, K, _ = cuts.shape
-    lanes = jnp.zeros((p, S, K, Q), dtype)
-    carry = (jnp.zeros((p, Q), dtype), lanes, lanes, lanes, lanes, lanes)
+    lanes = jnp.zeros((F, S, K, Q), dtype)
+    carry = (jnp.zeros((F, Q), dtype), lanes, lanes, lanes, lanes, lanes)
     step = functools.partial(_grid_step, cuts.astype(key_dtype))
     (total, left, top_l, bottom_l, top_r, bottom_r), _ = jax.lax.scan(
         step, carry, (xs, keys, valid))

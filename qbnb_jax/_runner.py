@@ -346,8 +346,8 @@ class KernelRunner:
         args = (data, plan.first[0], slot_f0, plan.feature, place(lane_cuts[0], 2))
         exe = self._executable("grid", sweep_grid, args, {})
         # each row's K cuts (K = 1: one cut, repeated) as flat indices of a block's
-        # [feature column, slot, cut, lane] output: one np.take per output, 10x a fancy
-        # index
+        # [feature column, slot, cut, lane] output: one np.take per output (10x faster
+        # than a fancy index)
         _, slots, width, lanes = lane_cuts.shape
         cut_index = plan.offset[:, None] + np.arange(plan.K)[None, :]
         flat = (((plan.column[:, None] * slots + plan.slot[:, None]) * width + cut_index)

@@ -135,8 +135,6 @@ class Search:
             return self.incumbent - self.tolerance(), upper, self._splits
         return min(self.lower_bound, self.incumbent), upper, self._splits
 
-    # -- result -----------------------------------------------------------------------
-
 
 def stump_splits(problem: Problem, mask: np.ndarray, feature: int | None = None):
     """`(loss, spec)` of the best stump of the samples in `mask` (on `feature` alone)."""
