@@ -29,6 +29,9 @@ class ThresholdTables(NamedTuple):
     slack_left: np.ndarray  # (P, p, n+1)
     n_thresholds: np.ndarray  # (P, p)
     cut_valid: np.ndarray | None = None  # (P, p, n+1)
+    # two-class `reweighted` problems: `_host.stump_losses` of all samples, (P, p) each
+    stump_loss: np.ndarray | None = None
+    stump_position: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -116,6 +119,7 @@ class Problem:
         `signed_out[q, f, k, 0]`, problem q's signed count (class 1 minus class 0) at
         sorted position k of f; `mass_out[q, f, k, 0]`, its weight before position k
         (the total past n). Both `(>= P, p, >= n (+ 1), 1)`, entries beyond left alone.
+        With `signed_out` the tables also carry each problem's best stumps.
         """
         n, p = self.n, self.p
         P = len(weights)
@@ -137,6 +141,10 @@ class Problem:
         counts_dtype = np.int32 if total < 2**31 else np.int64
         slack_left = np.empty((P, p, n + 1), dtype=np.int16 if total < 2**15 else counts_dtype)
         integral = weights.astype(counts_dtype)
+        stump_loss = stump_position = None
+        if signed_out is not None:
+            stump_loss = np.empty((P, p))
+            stump_position = np.empty((P, p), dtype=np.int64)
         stats = np.multiply(self.stats[None], integral[:, :, None], dtype=np.int32,
                             casting="unsafe")  # counts below 2**31 (`counts_dtype`)
         if signed_out is not None:  # +1 for class 1, -1 for class 0, in each feature's order
@@ -163,8 +171,11 @@ class Problem:
             n_thresholds[b0 : b0 + B] = _cut_tables(valid, cum_weight, cut_pos[b0 : b0 + B],
                                                     slack_left[b0 : b0 + B])
             if signed_out is not None:
-                np.multiply(w_sorted, signed_sorted, out=signed_out[b0 : b0 + B, :, :n, 0],
+                signed = signed_out[b0 : b0 + B, :, :n, 0]
+                np.multiply(w_sorted, signed_sorted, out=signed,
                             casting="unsafe")  # |values| <= the weights' sum: they fit
+                stump_loss[b0 : b0 + B], stump_position[b0 : b0 + B] = _two_class_stumps(
+                    signed, cut_valid[b0 : b0 + B], cum_weight[:, 0, n])
             if mass_out is not None:
                 mass = mass_out[b0 : b0 + B, :, :, 0]
                 mass[:, :, : n + 1] = cum_weight
@@ -180,7 +191,8 @@ class Problem:
                                     cut_pos=cut_pos[i], n_thresholds=n_thresholds[i],
                                     slack_left=slack_left[i], weight=weights[i])
             problems.append(problem)
-        return problems, ThresholdTables(cut_pos, slack_left, n_thresholds, cut_valid)
+        return problems, ThresholdTables(cut_pos, slack_left, n_thresholds, cut_valid,
+                                         stump_loss, stump_position)
 
 
 def midpoint(lo: float, hi: float) -> float:
@@ -461,6 +473,31 @@ def _threshold_tables(cut_valid: np.ndarray, perm: np.ndarray, w: np.ndarray):
     slack_left = np.empty((p, n + 1))
     n_thresholds = _cut_tables(cut_valid[:, 1:n], cum_weight, cut_pos, slack_left)
     return cut_pos, n_thresholds.astype(np.int32), slack_left
+
+
+def _two_class_stumps(signed: np.ndarray, valid: np.ndarray, total: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Best stump per (problem, feature) of all samples: `(losses, positions)`.
+
+    `signed` `(B, p, n)`: signed counts in each feature's order; `valid` `(B, p, n+1)`:
+    the problem's `cut_valid`; `total` `(B,)`: its weight. The loss of the cut before
+    position k is (T - |d_k| - |D - d_k|) / 2 with d the prefix sums (`_host.
+    signed_split_losses`), so the best stump is the first largest |d| + |D - d| among
+    the valid positions: `_host.stump_losses`' losses and tie-break, in integers.
+    """
+    B, p, n = signed.shape
+    # |d| + |D - d| + 1 <= 2 total + 1 fits int16 below 2**14: half the memory traffic
+    dtype = np.int16 if 2 * int(total.max(initial=0)) + 1 < 2**15 else np.int64
+    d = np.zeros((B, p, n + 1), dtype=dtype)
+    np.cumsum(signed, axis=2, out=d[..., 1:])
+    score = np.abs(d)
+    np.subtract(d[..., -1:], d, out=d)
+    score += np.abs(d, out=d)
+    score += 1
+    score *= valid  # invalid positions score 0, below every valid one
+    position = score.argmax(axis=2)
+    best = np.take_along_axis(score, position[..., None], axis=2)[..., 0].astype(np.int64) - 1
+    return (total[:, None] - best) / 2.0, position
 
 
 def _cut_tables(valid: np.ndarray, cum: np.ndarray, cut_pos: np.ndarray,

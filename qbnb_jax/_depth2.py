@@ -30,7 +30,7 @@ import numpy as np
 
 from ._data import ThresholdTables
 from ._host import stump_losses, stumps_of_all_shared
-from ._runner import GRID_MIN_PROBLEMS, KernelRunner, pow2_at_least
+from ._runner import KernelRunner, pow2_at_least
 from ._search import RTOL, Search, depth2_splits
 
 # The paper's s' = floor(0.6 n s / (b - a)) for W1, capped to keep rows short.
@@ -112,7 +112,10 @@ class Depth2Search:
         P = len(problems)
         if tables is None:
             tables = stack_tables(problems)
-        self.cut_pos, self.slack_left, self.n_thresholds, self.cut_valid = tables
+        self.cut_pos, self.slack_left, self.n_thresholds = tables[:3]
+        self.stumps = None  # (losses, positions) of every problem, when the tables have them
+        if tables.stump_loss is not None:
+            self.stumps = tables.stump_loss, tables.stump_position
         self.n_of = np.array([pr.n for pr in problems])
         self.exact = np.array([search.exact for search in searches])
         self.atol = np.array([search.atol for search in searches])
@@ -259,9 +262,8 @@ class Depth2Search:
         """
         P, p = len(self.searches), self.p
         problems = [search.problem for search in self.searches]
-        if (P >= GRID_MIN_PROBLEMS and self.cut_valid is not None
-                and self.runner.can_sweep_grid()):
-            losses, positions = self.runner.stumps(self.data_index, self.cut_valid)
+        if self.stumps is not None:  # computed by the reweighting pass
+            losses, positions = self.stumps
         elif P > 1 and all(pr.perm is problems[0].perm for pr in problems):
             losses, positions = stumps_of_all_shared(problems)  # a batch of weightings
         else:

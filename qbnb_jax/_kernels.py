@@ -710,26 +710,3 @@ def sweep_grid(
     prefix = (pre_tot[None] - _two_class_score(left, top_l, bottom_l)) // 2
     suffix = (suf_tot[None] - _two_class_score(right, top_r, bottom_r)) // 2
     return prefix, suffix
-
-
-@jax.jit
-def best_stumps(
-    data: SweepData, problem: Int[Array, " Q"], valid: Bool[Array, "Q p n1"]
-) -> tuple[Shaped[Array, "Q p"], Int[Array, "Q p"]]:
-    """Best stump of all samples on each feature, for Q two-class problems.
-
-    `valid[q, f, k]`: problem `problem[q]` may cut before sorted position k of f (its
-    own `cut_valid`, padded with False to `length + 1`).
-
-    **Returns:** `(losses, positions)`, the host `stump_losses` of every sample: the
-    same losses, ties to the lowest position.
-    """
-    d = data.sorted_scan[problem, :, :, 0]  # (Q, p, n); prefix sums stay in its dtype
-    left = jnp.concatenate([jnp.zeros_like(d[..., :1]), _cumsum(d, axis=2)], axis=2)
-    left = left.astype(_wide(d.dtype))  # |a| + |T - a| may leave int16
-    total = left[..., -1:]
-    score = jnp.where(valid, jnp.abs(left) + jnp.abs(total - left), -1)
-    position = jnp.argmax(score, axis=2)  # the first of equal scores
-    best = jnp.take_along_axis(score, position[..., None], axis=2)[..., 0]
-    mass = data.root_cum[problem, 0, -1, 0].astype(jnp.int32)  # the problem's weight
-    return (mass[:, None] - best) / 2, position

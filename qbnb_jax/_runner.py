@@ -20,7 +20,6 @@ from ._data import Problem
 from ._kernels import (
     GRID_LANES,
     SweepData,
-    best_stumps,
     sweep_full,
     sweep_gathered,
     sweep_grid,
@@ -320,7 +319,7 @@ class KernelRunner:
     def _problem_axis(self):
         """`(data, place)`: `place(array, axis)` splits the problem axis over the devices.
 
-        The problems of a `sweep_grid` or `best_stumps` call are independent vector
+        The problems of a `sweep_grid` call are independent vector
         lanes, so with several devices each gets a share of them (the data replicated).
         """
         shardings = _shardings()
@@ -366,41 +365,11 @@ class KernelRunner:
         return out_pre, out_suf
 
     def can_sweep_grid(self) -> bool:
-        """Whether this data serves `sweep_grid` and `best_stumps`: shared two-class layout
+        """Whether this data serves `sweep_grid`: shared two-class layout
         with its position-major table."""
         data = self.data
         return (data.binary and data.rank_in_root.shape[0] == 1 and data.grid_scan.size > 0
                 and np.issubdtype(np.dtype(data.scan_dtype), np.integer))
-
-    def stumps(self, problem: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`stump_losses` of all samples for two-class problems of a shared layout.
-
-        `valid`: `(len(problem), p, n+1)`, each problem's `cut_valid`. Returns `(losses,
-        positions)`, each `(len(problem), p)`.
-        """
-        Q, p, width = valid.shape
-        n = self.data.length
-        losses = np.empty((Q, p))
-        positions = np.empty((Q, p), dtype=np.int64)
-        blocks = -(-Q // GRID_BLOCK)
-        lanes = np.zeros(blocks * GRID_BLOCK, dtype=np.int32)
-        lanes[:Q] = problem
-        data, place = self._problem_axis()
-        padded = np.zeros((GRID_BLOCK, p, n + 1), dtype=bool)
-        exe = self._executable("stumps", best_stumps,
-                               (data, place(lanes[:GRID_BLOCK], 0), place(padded, 0)), {})
-
-        def run_block(b: int) -> None:
-            rows = slice(b * GRID_BLOCK, min(Q, (b + 1) * GRID_BLOCK))
-            mask = np.zeros((GRID_BLOCK, p, n + 1), dtype=bool)
-            mask[: rows.stop - rows.start, :, :width] = valid[rows]
-            loss, at = exe(data, place(lanes[b * GRID_BLOCK : (b + 1) * GRID_BLOCK], 0),
-                           place(mask, 0))
-            losses[rows] = np.asarray(loss)[: rows.stop - rows.start]
-            positions[rows] = np.asarray(at)[: rows.stop - rows.start]
-
-        run_all(run_block, range(blocks))
-        return losses, positions
 
     def window(self, f0, f, lo, hi, cuts, problem=None):
         """As `full`, restricted to samples at positions [lo, hi) of f0's order.
