@@ -6,7 +6,9 @@ features), each a depth-d classification problem, solved three ways in one run:
 - **batched**: one `solve_batch` call, timed twice: the process's first call (its
   compile seconds, from the result's stats, reported apart and excluded; it still pays
   one-time costs such as loading the compiled kernels) and the median of `--repeat`
-  further calls on the same problems (warm, as a program fitting many batches runs);
+  further calls on the same problems (warm, as a program fitting many batches runs),
+  half of them before the loops and half after, so that a machine whose speed drifts
+  during the run weighs on both sides of the comparison;
 - **loop**: `solve` once per problem;
 - **ConTree loop** (``--vs contree``): pycontree once per problem, the bootstrap
   sample given as repeated rows.
@@ -69,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vs", choices=("contree",), default=None,
                     help="also time a loop of pycontree's ConTree")
     ap.add_argument("--repeat", type=int, default=3,
-                    help="warm solve_batch calls timed after the first (median reported)")
+                    help="warm solve_batch calls timed after the first, half before the "
+                    "loops and half after (median reported)")
     args = ap.parse_args(argv)
 
     X, y = make_data(args.n, args.p, args.seed)
@@ -85,16 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     reference = [r.objective for r in batched]
     rows = [("solve_batch, first call (compile excluded)", len(W), batch_wall - compile_s,
              True)]
-    if args.repeat > 0:
-        warm = []
-        for _ in range(args.repeat):
+
+    def warm_calls(count: int) -> tuple[list[float], bool]:
+        seconds, same = [], True
+        for _ in range(count):
             start = time.perf_counter()
             again = solve_batch(X, y, W, task=task, depth=args.depth)
-            warm.append(time.perf_counter() - start)
-            same = [r.objective for r in again] == reference
+            seconds.append(time.perf_counter() - start)
+            same &= [r.objective for r in again] == reference
             del again
-        rows.append((f"solve_batch, warm (median of {args.repeat})", len(W),
-                     float(np.median(warm)), same))
+        return seconds, same
+
+    warm, warm_same = warm_calls(args.repeat - args.repeat // 2)
 
     # Our loop and ConTree's see the compiled kernels warm (a first solve compiles).
     solve(X, y, task=task, depth=args.depth, sample_weight=W[0])
@@ -113,6 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rows.append(("ConTree loop", len(W), seconds, objectives == reference))
             contree_rate = len(W) / seconds
+
+    later, later_same = warm_calls(args.repeat // 2)
+    if args.repeat > 0:
+        rows.insert(1, (f"solve_batch, warm (median of {args.repeat})", len(W),
+                        float(np.median(warm + later)), warm_same and later_same))
 
     print(f"solve_batch wall {batch_wall:.2f} s, of which compiling {compile_s:.2f} s")
     print()
