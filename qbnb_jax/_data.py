@@ -23,7 +23,8 @@ TASKS = ("classification", "regression")
 
 
 class ThresholdTables(NamedTuple):
-    """`Problem.cut_pos`, `slack_left` and `n_thresholds` of problems of one width, stacked."""
+    """`Problem.cut_pos`, `slack_left`, `n_thresholds` (and `cut_valid`) of problems of
+    one width, stacked; `Problem.reweighted` adds two-class problems' best stumps."""
 
     cut_pos: np.ndarray  # (P, p, n+1)
     slack_left: np.ndarray  # (P, p, n+1)
@@ -174,7 +175,7 @@ class Problem:
                 signed = signed_out[b0 : b0 + B, :, :n, 0]
                 np.multiply(w_sorted, signed_sorted, out=signed,
                             casting="unsafe")  # |values| <= the weights' sum: they fit
-                stump_loss[b0 : b0 + B], stump_position[b0 : b0 + B] = _two_class_stumps(
+                stump_loss[b0 : b0 + B], stump_position[b0 : b0 + B] = two_class_stumps(
                     signed, cut_valid[b0 : b0 + B], cum_weight[:, 0, n])
             if mass_out is not None:
                 mass = mass_out[b0 : b0 + B, :, :, 0]
@@ -475,15 +476,17 @@ def _threshold_tables(cut_valid: np.ndarray, perm: np.ndarray, w: np.ndarray):
     return cut_pos, n_thresholds.astype(np.int32), slack_left
 
 
-def _two_class_stumps(signed: np.ndarray, valid: np.ndarray, total: np.ndarray
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    """Best stump per (problem, feature) of all samples: `(losses, positions)`.
+def two_class_stumps(signed: np.ndarray, valid: np.ndarray, total: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Best stump per (problem, feature) of a sample set: `(losses, positions)`.
 
-    `signed` `(B, p, n)`: signed counts in each feature's order; `valid` `(B, p, n+1)`:
-    the problem's `cut_valid`; `total` `(B,)`: its weight. The loss of the cut before
-    position k is (T - |d_k| - |D - d_k|) / 2 with d the prefix sums (`_host.
-    signed_split_losses`), so the best stump is the first largest |d| + |D - d| among
-    the valid positions: `_host.stump_losses`' losses and tie-break, in integers.
+    `signed` `(B, p, n)`: the set's signed counts in each feature's order (0 outside
+    it); `valid` `(B, p, n+1)`: the problem's `cut_valid`; `total` `(B,)`: the set's
+    weight, or any bound of it (it only sizes the integers) when the losses are not
+    used. The loss of the cut before position k is (T - |d_k| - |D - d_k|) / 2 with d
+    the prefix sums (`_host.split_losses`), so the best stump is the first largest
+    |d| + |D - d| among the valid positions: `_host.stump_losses`' losses and
+    tie-break, in integers.
     """
     B, p, n = signed.shape
     # |d| + |D - d| + 1 <= 2 total + 1 fits int16 below 2**14: half the memory traffic

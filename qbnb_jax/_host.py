@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._data import Problem, midpoint
+from ._data import Problem, midpoint, two_class_stumps
 from ._parallel import run_all
 from ._tree import LEAF, Tree
 
@@ -40,20 +40,15 @@ def split_losses(ordered: np.ndarray, total, loss_kind: str) -> np.ndarray:
     everything right.
     """
     if loss_kind != "sse" and ordered.shape[-1] == 2:
-        return signed_split_losses(ordered[..., 1] - ordered[..., 0], total)
+        # Two classes: loss(left) + loss(right) = (T - |d_left| - |D - d_left|) / 2
+        # with d the signed count, so one cumulative sum suffices (as in the kernels).
+        signed = (ordered[..., 1] - ordered[..., 0]).astype(np.float64)
+        d = np.zeros(signed.shape[:-1] + (signed.shape[-1] + 1,))
+        np.cumsum(signed, axis=-1, out=d[..., 1:])
+        return (total - np.abs(d) - np.abs(d[..., -1:] - d)) / 2.0
     cum = np.zeros(ordered.shape[:-2] + (ordered.shape[-2] + 1, ordered.shape[-1]))
     np.cumsum(ordered.astype(np.float64), axis=-2, out=cum[..., 1:, :])
     return leaf_loss_np(cum, loss_kind) + leaf_loss_np(cum[..., -1:, :] - cum, loss_kind)
-
-
-def signed_split_losses(signed: np.ndarray, total) -> np.ndarray:
-    """`split_losses` of two classes from the signed counts (class 1 minus class 0)
-    `(..., n)` in sorted order: loss(left) + loss(right) = (T - |d| - |D - d|) / 2 with
-    d the prefix sums, so one cumulative sum suffices (as in the kernels)."""
-    signed = signed.astype(np.float64)
-    d = np.zeros(signed.shape[:-1] + (signed.shape[-1] + 1,))
-    np.cumsum(signed, axis=-1, out=d[..., 1:])
-    return (total - np.abs(d) - np.abs(d[..., -1:] - d)) / 2.0
 
 
 def stump_losses(problem: Problem, mask: np.ndarray, features=None):
@@ -267,17 +262,13 @@ def depth2_trees_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid:
 
         if C == 2:
             signed_all = stats[..., 1] - stats[..., 0]
+            mass = weight.sum(axis=1)  # bounds each side's weight
 
         def best_position(mask: np.ndarray, f: np.ndarray) -> np.ndarray:
-            if C == 2:
-                # `signed_split_losses` in integers: the loss is (T - |d| - |D - d|) / 2
-                # with d the prefix sums, so the least loss is the largest |d| + |D - d|
-                # (the first of equal ones, as argmin takes the first least loss).
-                d = np.zeros((len(q), n + 1), dtype=np.int32)  # counts below 2**31
-                np.cumsum(np.take_along_axis(signed_all * mask, first.perm[f], axis=1),
-                          axis=1, out=d[:, 1:])
-                score = np.abs(d) + np.abs(d[:, -1:] - d)
-                return np.argmax(np.where(cut_valid[q, f], score, -1), axis=1)
+            if C == 2:  # the same integer arithmetic as the batch's best stumps
+                ordered = np.take_along_axis(signed_all * mask, first.perm[f], axis=1)
+                return two_class_stumps(ordered[:, None], cut_valid[q, f][:, None],
+                                        mass)[1][:, 0]
             masked = np.where(mask[..., None], stats, 0)
             total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
             ordered = np.take_along_axis(masked, first.perm[f][..., None], axis=1)

@@ -80,7 +80,7 @@ class SweepData(eqx.Module):
     @staticmethod
     def shared_stat_buffers(base: Problem, weights: np.ndarray) -> dict[str, np.ndarray]:
         """Stat tables of two-class `base` under each row of integer `weights` `(P, n)`,
-        with `scan` and `grid_scan` filled and the tables in each feature's order
+        with `scan` and `grid_scan` built and the tables in each feature's order
         (`sorted_scan`, `root_cum`) zero, for `Problem.reweighted` to fill on its way.
 
         Shapes and dtypes are those `from_problems` builds; pass the filled tables to
@@ -93,16 +93,9 @@ class SweepData(eqx.Module):
         tables = dict(sorted_scan=aligned_zeros((bucket, base.p, n_pad, 1), dtype),
                       full_scan=aligned_zeros((bucket, base.p, 1, 1), dtype),
                       root_cum=aligned_zeros((bucket, base.p, n_pad + 1, 1), dtype),
-                      scan=aligned_zeros((bucket, n_pad, 1), dtype),
-                      grid_scan=aligned_zeros((base.p, n_pad, -(-P // GRID_LANES) * GRID_LANES),
-                                              dtype))
+                      scan=aligned_zeros((bucket, n_pad, 1), dtype))
         tables["scan"][:P, :n, 0] = (base.stats[:, 1] - base.stats[:, 0])[None, :] * weights
-        # grid_scan[f, k] = every problem's signed count of the k-th sample of f's order:
-        # a take of whole rows of the (sample, problem) table, 3x faster than transposing
-        # the per-problem tables.
-        by_sample = np.zeros((n, tables["grid_scan"].shape[2]), dtype)
-        by_sample[:, :P] = tables["scan"][:P, :n, 0].T
-        np.take(by_sample, base.perm, axis=0, out=tables["grid_scan"][:, :n], mode="clip")
+        tables["grid_scan"] = _grid_table(tables["scan"][:P, :n, 0], base.perm, n_pad)
         return tables
 
     @staticmethod
@@ -272,11 +265,25 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     scan_padded[:count] = scan
     grid_scan = np.zeros((0, 0, 0), scan.dtype)
     if binary and integer_counts and L == 1 and count > 1:  # problems `sweep_grid` can take
-        grid_scan = aligned_zeros((p, n_pad, -(-count // GRID_LANES) * GRID_LANES), scan.dtype)
-        grid_scan[:, :, :count] = sorted_scan[:count, :, :, 0].transpose(1, 2, 0)
+        grid_scan = _grid_table(scan[:, :, 0], perm[0], n_pad)
     return {"sorted_scan": sorted_scan, "full_scan": full_scan,
             "root_cum": cumulative(in_order(st, count)), "scan": scan_padded,
             "grid_scan": grid_scan}
+
+
+def _grid_table(signed: np.ndarray, perm: np.ndarray, n_pad: int) -> np.ndarray:
+    """`grid_scan` `(p, n_pad, G)` of the signed counts `(P, >= n)` in sample order.
+
+    `[f, k, q]`: problem q's count of the k-th sample of f's order. A take of whole rows
+    of the (sample, problem) table, 3x faster than transposing per-problem tables.
+    """
+    P = len(signed)
+    p, n = perm.shape
+    by_sample = np.zeros((n, -(-P // GRID_LANES) * GRID_LANES), signed.dtype)
+    by_sample[:, :P] = signed[:, :n].T
+    out = aligned_zeros((p, n_pad, by_sample.shape[1]), signed.dtype)
+    np.take(by_sample, perm, axis=0, out=out[:, :n], mode="clip")
+    return out
 
 
 def count_dtype(total: int, wider=np.int32):

@@ -41,9 +41,8 @@ MAX_CUTS = 32  # cuts per row per call; more are split into blocks
 GATHER_SHARE = 4
 WINDOW_CUTS = 8  # cuts per call for windowed and gathered rows
 # Full sweeps of every feature for at least this many problems of one shared two-class
-# layout go to `sweep_grid`, GRID_BLOCK problems (its vector lanes) per call.
+# layout go to `sweep_grid`, GRID_LANES problems (its vector lanes) per call.
 GRID_MIN_PROBLEMS = 32
-GRID_BLOCK = GRID_LANES
 # A lane-sample of `sweep_grid` cost about 1/17 of a row's cut-sample (0.17 against 2.9
 # ns on 2 threads, 1,000 bootstrap problems): the grid may compute up to this many times
 # the elements the rows ask for, as it does when a problem has few tuples left.
@@ -107,8 +106,8 @@ class GridPlan(NamedTuple):
     """Where `sweep_grid` puts a request's rows (`KernelRunner._grid_plan`).
 
     Block b's lanes are problems `first[b] + lane` (`first`: `(blocks,)`, multiples of
-    GRID_BLOCK), `slot_f0` `(S,)` root features, `feature` `(F,)` the features swept and
-    `lane_cuts` `(blocks, S, width, GRID_BLOCK)` the cuts (0 where unused). Per row: the
+    GRID_LANES), `slot_f0` `(S,)` root features, `feature` `(F,)` the features swept and
+    `lane_cuts` `(blocks, S, width, GRID_LANES)` the cuts (0 where unused). Per row: the
     `block`, `slot` and `lane` of its group, the `offset` of its `K` cuts in the group's
     width and its feature's `column` in `feature`. `elements`: the lane-samples swept.
     """
@@ -297,20 +296,20 @@ class KernelRunner:
         width = pow2_at_least((int(r.max()) + 1) * K)
         # Blocks are fixed ranges of problems (a slice of `grid_scan` each), swept when
         # one of their problems asks.
-        t_block, t_lane = np.divmod(t_problem, GRID_BLOCK)
+        t_block, t_lane = np.divmod(t_problem, GRID_LANES)
         present, t_block = np.unique(t_block, return_inverse=True)
         blocks = len(present)
-        grid_elements = blocks * GRID_BLOCK * slots * width * F
+        grid_elements = blocks * GRID_LANES * slots * width * F
         if grid_elements > GRID_ADVANTAGE * rows * pow2_at_least(cuts.shape[1]):
             return None
-        lane_cuts = np.zeros((blocks, slots, width, GRID_BLOCK), dtype=np.int32)
+        lane_cuts = np.zeros((blocks, slots, width, GRID_LANES), dtype=np.int32)
         for k in range(K):
             lane_cuts[t_block, t_slot, r * K + k, t_lane] = t_cuts[:, k]
         padded_f0 = np.zeros(slots, dtype=np.int32)
         padded_f0[: len(slot_f0)] = slot_f0
         padded_feature = np.full(F, feature[0], dtype=np.int32)  # repeats: unread columns
         padded_feature[: len(feature)] = feature
-        return GridPlan(K=K, lane_cuts=lane_cuts, first=(present * GRID_BLOCK).astype(np.int32),
+        return GridPlan(K=K, lane_cuts=lane_cuts, first=(present * GRID_LANES).astype(np.int32),
                         slot_f0=padded_f0, feature=padded_feature, column=column,
                         block=t_block[tuple_of_row],
                         slot=t_slot[tuple_of_row], offset=(r * K)[tuple_of_row],
@@ -319,11 +318,11 @@ class KernelRunner:
     def _problem_axis(self):
         """`(data, place)`: `place(array, axis)` splits the problem axis over the devices.
 
-        The problems of a `sweep_grid` call are independent vector
-        lanes, so with several devices each gets a share of them (the data replicated).
+        The problems of a `sweep_grid` call are independent vector lanes, so with
+        several devices each gets a share of them (the data replicated).
         """
         shardings = _shardings()
-        if shardings is None or GRID_BLOCK % jax.device_count():
+        if shardings is None or GRID_LANES % jax.device_count():
             return self.data, lambda array, axis: array
         mesh = shardings[0].mesh
 
@@ -365,11 +364,9 @@ class KernelRunner:
         return out_pre, out_suf
 
     def can_sweep_grid(self) -> bool:
-        """Whether this data serves `sweep_grid`: shared two-class layout
-        with its position-major table."""
-        data = self.data
-        return (data.binary and data.rank_in_root.shape[0] == 1 and data.grid_scan.size > 0
-                and np.issubdtype(np.dtype(data.scan_dtype), np.integer))
+        """Whether this data serves `sweep_grid`: it has `grid_scan`, which is built for
+        two-class counts of one shared layout alone."""
+        return self.data.grid_scan.size > 0
 
     def window(self, f0, f, lo, hi, cuts, problem=None):
         """As `full`, restricted to samples at positions [lo, hi) of f0's order.
