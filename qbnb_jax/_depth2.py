@@ -2,8 +2,8 @@
 
 The frontier of alive tuples `(problem, f0, [a, b], F1, F2)` of every problem lives in
 one set of host numpy arrays, so each iteration costs a few dozen numpy calls however
-many problems there are; all O(n) work happens in the device sweeps of `_kernels.py`,
-batched over (problem, tuple, feature) rows. A single solve is one problem; a batch
+many problems there are; the iterations' O(n) work happens in the device sweeps of
+`_kernels.py`, batched over (problem, tuple, feature) rows. A single solve is one problem; a batch
 (`solve_batch`) or the sides of a deeper tree's root cuts are many. Per iteration:
 
 1. cut the tuple's root interval at s + 1 almost equi-spaced thresholds t_1..t_{s+1}
