@@ -23,7 +23,10 @@ from ._export import (
 from ._solve import SolveResult as SolveResult, solve as solve
 from ._tree import Tree as Tree
 
-__version__ = importlib.metadata.version("qbnb_jax")
+try:
+    __version__ = importlib.metadata.version("qbnb_jax")
+except importlib.metadata.PackageNotFoundError:  # a source tree on the path, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "BaggedOptimalTreeClassifier",

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["find_datasets_dir", "list_datasets", "load_dataset", "DEFAULT_RELATIVE_DIR"]
+__all__ = ["find_datasets_dir", "list_datasets", "load_dataset", "load_optima",
+           "check_optimum", "DEFAULT_RELATIVE_DIR"]
 
 DEFAULT_RELATIVE_DIR = Path("..") / "shared" / "datasets"
 _SUBDIRS = ("classification", "regression")
@@ -123,3 +124,30 @@ def load_dataset(root: str | Path, name: str) -> tuple[np.ndarray, np.ndarray, s
     if y.shape[0] != X.shape[0]:
         raise ValueError(f"{f}: Xtrain has {X.shape[0]} rows, Ytrain {y.shape[0]}")
     return _drop_constant(X), np.ascontiguousarray(y), task
+
+
+# Regression optima are sums of squares computed in another order: compare relatively.
+OPTIMUM_RTOL = 1e-9
+
+
+def load_optima(root: str | Path) -> dict[int, dict[str, float]]:
+    """Proved optimal objectives by depth, from ``<root>/optima.json`` ({} if absent).
+
+    The file maps ``"depth2"``, ``"depth3"``, ... to ``{dataset: objective}``.
+    """
+    f = Path(root) / "optima.json"
+    if not f.is_file():
+        return {}
+    with open(f) as fh:
+        raw = json.load(fh)
+    return {int(key[len("depth"):]): {name: float(v) for name, v in table.items()}
+            for key, table in raw.items() if key.startswith("depth") and key[5:].isdigit()}
+
+
+def check_optimum(objective: float, optimum: float | None, task: str) -> bool | None:
+    """Whether `objective` equals the proved `optimum` (None when there is none)."""
+    if optimum is None:
+        return None
+    if task == "classification":
+        return abs(objective - optimum) < 1e-6
+    return bool(np.isclose(objective, optimum, rtol=OPTIMUM_RTOL, atol=1e-12))

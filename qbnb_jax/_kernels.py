@@ -6,6 +6,21 @@ feature f0's order lies in [lo, c)" (a prefix-like set) or "in [c, hi)" (its
 complement within [lo, hi)), for a handful of cut positions `c` at once. One row of
 work is one (f0, f, cuts) triple; a call handles a small batch of rows with `vmap`,
 sized by the caller so that the `(rows, cuts, n)` intermediates stay cache sized.
+
+**Exact on every backend** (docs/design.md, "Exact on every backend"). XLA may reorder
+and regroup the operands of any reduction, and GPUs do, so every kernel here obeys:
+
+- a reduction combines with a commutative and associative operation only (sum, max,
+  min of integers; float sums only where the tolerance rule covers rounding). Anything
+  that depends on order, such as a running prefix sum, is computed explicitly as a scan
+  (`_cumsum`, `lax.scan`), whose order the program fixes, and only then reduced;
+- no scatter whose result depends on which of colliding writes wins;
+- ties (best split, best class) are broken by values alone, never by which operand a
+  reduction visited first.
+
+`tests/test_kernel_order.py` checks each kernel against a numpy reference on inputs
+whose prefix sums depend on the summation order, and audits the kernels' jaxprs for
+reductions with non-commutative combines and order-dependent scatters.
 """
 
 from __future__ import annotations
@@ -389,25 +404,19 @@ def _best_scores(data: SweepData, left: Array, total_scan: Array, valid: Array) 
     return jnp.maximum(jnp.max(jnp.where(valid[None, :], score, low), axis=1), at_zero)
 
 
-def _extreme_prefix_sums(x: Array, valid: Array) -> tuple[Array, Array]:
-    """Sum, and max and min over valid positions of the inclusive prefix sums, of `x` `(K, n)`.
+def _extreme_prefix_sums(prefix: Array, valid: Array) -> tuple[Array, Array, Array]:
+    """Total, and max and min over valid positions, of inclusive prefix sums `(K, n)`.
 
-    One pass: the monoid (sum, max prefix, min prefix) is associative, so an XLA
-    reduction computes it without materialising the `(K, n)` prefix sums that a scan
-    writes and reads back (1.8x faster than `_cumsum` then max on the CPU).
+    The prefix sums are formed explicitly (`_cumsum`) and only then reduced with max and
+    min, which are commutative: a reduction whose combine carries "sum, best prefix" is
+    associative but not commutative, and XLA may reorder any reduction's operands (the
+    GPU backend does). See docs/design.md, "Exact on every backend".
+    Invalid positions count as 0, the empty prefix's sum, which is always a candidate
+    (it scores |T|), so they change neither extreme's score.
     """
-    # Sums of valid prefixes stay below 2**15 (int16) or 2**62 (int64), so a sentinel
-    # of a quarter of the wider type's range never wraps when a prefix is added to it.
-    x = x.astype(jnp.int64 if x.dtype == jnp.int64 else jnp.int32)
-    big = jnp.iinfo(x.dtype).max // 4
-    high = jnp.where(valid[None, :], x, -big).astype(x.dtype)
-    low = jnp.where(valid[None, :], x, big).astype(x.dtype)
-
-    def combine(a, b):
-        return a[0] + b[0], jnp.maximum(a[1], a[0] + b[1]), jnp.minimum(a[2], a[0] + b[2])
-
-    identity = (jnp.asarray(0, x.dtype), jnp.asarray(-big, x.dtype), jnp.asarray(big, x.dtype))
-    return jax.lax.reduce((x, high, low), identity, combine, (1,))
+    zero = jnp.zeros((), prefix.dtype)
+    at = jnp.where(valid[None, :], prefix, zero)
+    return prefix[:, -1], jnp.max(at, axis=1), jnp.min(at, axis=1)
 
 
 def _wide(dtype) -> jnp.dtype:
@@ -437,16 +446,13 @@ def _binary_full_row(
     key = data.rank_in_root[lay, f0, f]
     inside = key[None, :] < cuts[:, None]  # (K, n)
     d = data.sorted_scan[i, f, :, 0]
-    left = jnp.where(inside, d[None, :], 0).astype(d.dtype)
+    left = _cumsum(jnp.where(inside, d[None, :], 0).astype(d.dtype), axis=1)
+    right = _cumsum(d, axis=0)[None, :] - left  # the suffix part's prefix sums
     valid = data.cut_valid[lay, f, 1:]
     pre_tot = data.root_cum[i, f0, cuts]  # (K, C)
     suf_tot = data.root_cum[i, f0, -1][None] - pre_tot
-
-    def best(part: Array) -> Array:
-        return _two_class_score(*_extreme_prefix_sums(part, valid))
-
-    prefix = best(left)
-    suffix = best(jnp.where(inside, 0, d[None, :]).astype(d.dtype))
+    prefix = _two_class_score(*_extreme_prefix_sums(left, valid))
+    suffix = _two_class_score(*_extreme_prefix_sums(right, valid))
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 

@@ -19,6 +19,10 @@ dataset and its objective compared with ours. With ``--check-regression``, regre
 objectives at depth <= 2 are compared with an independent numpy brute force
 (``tests/regression_bruteforce.py`` of the repository).
 
+When the datasets folder holds ``optima.json`` (proved optima at depths 2 and 3), every
+objective of a solve that finished is compared with it on any backend: the ``optimum``
+column shows ``ok`` or ``MISMATCH (want ...)``, and any mismatch makes the exit status 1.
+
 The datasets are not part of the repository; when their folder is absent a message is
 printed and the exit status is 0.
 """
@@ -42,7 +46,14 @@ from typing import Any
 
 import numpy as np
 
-from ._datasets import DEFAULT_RELATIVE_DIR, find_datasets_dir, list_datasets, load_dataset
+from ._datasets import (
+    DEFAULT_RELATIVE_DIR,
+    check_optimum,
+    find_datasets_dir,
+    list_datasets,
+    load_dataset,
+    load_optima,
+)
 
 PROG = "python -m qbnb_jax.bench"
 _COLD_MARK = "QBNB_BENCH_COLD_RESULT "
@@ -188,6 +199,20 @@ def _summary(res: Any) -> dict[str, Any]:
         "peak_frontier": None if peak is None else int(peak),
         "cut_elements": stats.get("cut_elements"),
     }
+
+
+def _optimum_cell(runs: list[dict[str, Any]], want: float | None, task: str) -> str:
+    """"ok", "MISMATCH ..." or "-": each run's objective (when it claims optimality) equals
+    the proved optimum, and no run's objective or lower bound is on the wrong side of it."""
+    if want is None:
+        return "-"
+    slack = 1e-6 if task == "classification" else 1e-9 * max(1.0, abs(want))
+    for run in runs:
+        if run["status"] == "optimal" and not check_optimum(run["objective"], want, task):
+            return f"MISMATCH (optimum {_fmt_obj(want, task)})"
+        if run["objective"] < want - slack or run["lower_bound"] > want + slack:
+            return f"MISMATCH (optimum {_fmt_obj(want, task)}, bound {run['lower_bound']:g})"
+    return "ok" if runs[0]["status"] == "optimal" else "ok (bracket)"
 
 
 def _maybe_float(v) -> float | None:
@@ -364,7 +389,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bf is None:
             _log("tests/regression_bruteforce.py not found: regression check skipped")
 
-    headers = ["dataset", "n", "p", "classes/targets", "objective", "status", "cold s",
+    optima = load_optima(root).get(args.depth, {})
+    mismatches: list[str] = []
+    headers = ["dataset", "n", "p", "classes/targets", "objective", "optimum", "status",
+               "cold s",
                "warm s", "compile s", "iterations", "peak frontier", "M cut-elements",
                "cache"]
     if args.vs == "contree":
@@ -426,6 +454,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 notes.append(f"{name}: cold objective {cold['objective']!r} != warm {obj!r}")
             row["objective"] = _fmt_obj(obj, task)
             row["status"] = summary["status"]
+            want = optima.get(name)
+            runs = [summary] + ([cold] if cold and "error" not in cold else [])
+            row["optimum"] = _optimum_cell(runs, want, task)
+            if row["optimum"].startswith("MISMATCH"):
+                mismatches.append(f"{name}: {row['optimum']}, got objective {obj!r}")
             row["iterations"] = "-" if summary["iterations"] is None else str(
                 summary["iterations"])
             row["peak frontier"] = "-" if summary["peak_frontier"] is None else str(
@@ -514,6 +547,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes = list(dict.fromkeys(notes))  # the cold and warm runs may fail alike
     for note in notes:
         print(f"\nNote: {note}")
+    if optima:
+        checked = sum(r[headers.index("optimum")] != "-" for r in rows)
+        print(f"\nChecked against optima.json: {checked} of {len(rows)} datasets, "
+              f"{len(mismatches)} mismatch(es).")
+    for mismatch in mismatches:
+        print(f"MISMATCH: {mismatch}", file=sys.stderr)
     if args.output:
         text = (f"# qbnb_jax benchmark\n\n{_environment(args)}\n\n"
                 f"Command: `{PROG} {' '.join(argv if argv is not None else sys.argv[1:])}`\n\n"
@@ -522,7 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(text)
         _log(f"table written to {args.output}")
-    return 0
+    return 1 if mismatches else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,263 @@
+"""Backend exactness of the device kernels (docs/design.md, "Exact on every backend").
+
+XLA may reorder or regroup the operands of any reduction, split a scan, and apply
+colliding scatter writes in any order; a CPU test run never sees a GPU's choices. So:
+
+- every kernel is compared with a plain numpy reference on inputs where the order of
+  summation matters: signed counts that alternate in the swept order (a reduction that
+  combines "sum, best prefix" out of order gets these wrong), runs of one class, ties;
+- every kernel's jaxpr is audited: a reduction with a custom combine must be
+  commutative as well as associative (checked on random operands), a scatter must add
+  integers (any order gives the same sum) rather than overwrite, and floating-point
+  scatter-adds are refused.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from qbnb_jax import _kernels
+from qbnb_jax._data import make_problem
+from qbnb_jax._kernels import SweepData, sweep_full, sweep_gathered, sweep_grid, sweep_windowed
+
+
+# ---------------------------------------------------------------------------------------
+# the reference: the best stump of a sample set, from its definition
+# ---------------------------------------------------------------------------------------
+def set_loss(total: np.ndarray, loss_kind: str) -> float:
+    """Loss of a constant leaf from the summed stat vector of its samples."""
+    if loss_kind == "sse":  # [w, w y_1..m, w |y|^2]
+        w = total[0]
+        return float(total[-1] - (np.sum(total[1:-1] ** 2) / w if w > 0 else 0.0))
+    return float(total.sum() - total.max(initial=0))
+
+
+def best_stump(stats: np.ndarray, values: np.ndarray, members: np.ndarray,
+               loss_kind: str) -> float:
+    """min over thresholds on `values` of the two leaves' losses over `members`."""
+    s, v = stats[members].astype(np.float64), values[members]
+    best = set_loss(s.sum(axis=0), loss_kind)
+    for t in np.unique(v)[:-1]:
+        left = v <= t
+        best = min(best, set_loss(s[left].sum(axis=0), loss_kind)
+                   + set_loss(s[~left].sum(axis=0), loss_kind))
+    return best
+
+
+def reference(problem, f0: int, f: int, lo: int, hi: int, cut: int) -> tuple[float, float]:
+    """`L1([lo, cut), f)` and `L1([cut, hi), f)` over positions of f0's order."""
+    pos = problem.rank[f0]
+    values = problem.value_rank[f]
+    kind = problem.loss_kind
+    return (best_stump(problem.stats, values, (pos >= lo) & (pos < cut), kind),
+            best_stump(problem.stats, values, (pos >= cut) & (pos < hi), kind))
+
+
+# ---------------------------------------------------------------------------------------
+# problems whose prefix sums depend on the order they are added in
+# ---------------------------------------------------------------------------------------
+def ordered_problem(seed: int, n: int, p: int, kind: str):
+    """Feature 0 distinct; labels alternate (or run) along it; other features tied."""
+    rng = np.random.default_rng(seed)
+    X = np.round(rng.normal(size=(n, p)), 1)
+    X[:, 0] = np.arange(n)
+    runs = np.repeat(np.arange(n), rng.integers(1, 4, n))[:n]  # runs of 1-3 samples
+    if kind == "two-class":
+        y = (runs % 2) if seed % 2 else (np.arange(n) % 2)  # sign-alternating counts
+        return make_problem(X, y, task="classification")
+    if kind == "multi-class":
+        return make_problem(X, runs % 5, task="classification")
+    if kind.startswith("weighted"):
+        w = rng.uniform(0.1, 2.0, n)
+        classes = 2 if kind == "weighted-2" else 3
+        return make_problem(X, runs % classes, task="classification", sample_weight=w)
+    y = np.where(np.arange(n) % 2, 1.0, -1.0) * rng.uniform(0.5, 2.0, n)
+    return make_problem(X, np.stack([y, y * 0.5 + 1], 1) if kind == "sse-2" else y,
+                        task="regression")
+
+
+KINDS = ["two-class", "multi-class", "weighted", "weighted-2", "sse", "sse-2"]
+BLOCKED_KINDS = KINDS[1:]  # integer two-class rows never take the blocked path
+
+
+def random_rows(rng, problem, rows: int, K: int):
+    p, n = problem.p, problem.n
+    f0 = rng.integers(0, p, rows).astype(np.int32)
+    f = rng.integers(0, p, rows).astype(np.int32)
+    lo = rng.integers(0, n // 2 + 1, rows).astype(np.int32)
+    hi = np.minimum(n, lo + rng.integers(1, n + 1, rows)).astype(np.int32)
+    cuts = np.sort(lo[:, None] + rng.integers(0, (hi - lo)[:, None] + 1, (rows, K)), 1)
+    return f0, f, lo, hi, cuts.astype(np.int32)
+
+
+def assert_rows_match(problem, f0, f, lo, hi, cuts, got_pre, got_suf):
+    tol = 1e-9 * max(1.0, float(np.abs(problem.stats).sum()))
+    for r in range(len(f0)):
+        for k in range(cuts.shape[1]):
+            want = reference(problem, f0[r], f[r], lo[r], hi[r], cuts[r, k])
+            np.testing.assert_allclose((got_pre[r, k], got_suf[r, k]), want, atol=tol,
+                                       rtol=0, err_msg=f"row {r} cut {k}")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("seed, n", [(0, 70), (1, 200)])
+def test_sweep_full_equals_reference(kind, seed, n):
+    problem = ordered_problem(seed, n, 3, kind)
+    rng = np.random.default_rng(seed + 10)
+    f0, f, _, _, cuts = random_rows(rng, problem, 12, 4)
+    zeros, ends = np.zeros_like(f0), np.full_like(f0, n)
+    cuts = np.clip(cuts, 0, n)
+    cuts[0] = [0, 1, n - 1, n]  # empty and one-sample sides
+    with jax.enable_x64(True):
+        data = SweepData.from_problem(problem)
+        pre, suf = sweep_full(data, zeros, f0, f, cuts)
+    assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_window_sweeps_equal_reference(kind):
+    problem = ordered_problem(3, 120, 3, kind)
+    rng = np.random.default_rng(4)
+    f0, f, lo, hi, cuts = random_rows(rng, problem, 10, 3)
+    zeros = np.zeros_like(f0)
+    with jax.enable_x64(True):
+        data = SweepData.from_problem(problem)
+        wide = sweep_windowed(data, zeros, f0, f, lo, hi, cuts)
+        gathered = sweep_gathered(data, zeros, f0, f, lo, hi, cuts, length=128)
+    for pre, suf in (wide, gathered):
+        assert_rows_match(problem, f0, f, lo, hi, cuts, np.asarray(pre), np.asarray(suf))
+
+
+@pytest.mark.parametrize("kind", BLOCKED_KINDS)
+def test_blocked_full_sweep_equals_reference(monkeypatch, kind):
+    """The large-n path (`_blocked_full_row`), at small n with small blocks."""
+    monkeypatch.setattr(_kernels, "FULL_BLOCK", 64)
+    problem = ordered_problem(5, 250, 3, kind)
+    rng = np.random.default_rng(6)
+    f0, f, _, _, cuts = random_rows(rng, problem, 8, 4)
+    zeros, ends = np.zeros_like(f0), np.full_like(f0, problem.n)
+    with jax.enable_x64(True):
+        data = SweepData.from_problem(problem)
+        assert data.length % 64 == 0
+        row = jax.vmap(functools.partial(_kernels._blocked_full_row, data))
+        pre, suf = jax.jit(row)(zeros, f0, f, cuts)
+    assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
+
+
+@pytest.mark.parametrize("n, scale", [(3, 1), (70, 1), (70, 600)])
+def test_sweep_grid_equals_reference(n, scale):
+    """Problems as lanes: each lane against the reference of its own weights."""
+    rng = np.random.default_rng(n + scale)
+    X = np.round(rng.normal(size=(n, 3)), 1)
+    X[:, 0] = np.arange(n)
+    y = np.arange(n) % 2  # alternating along feature 0
+    P = 5
+    W = rng.multinomial(n, np.full(n, 1 / n), size=P) * scale
+    base = make_problem(X, y, task="classification")
+    problems, _ = base.reweighted(W)
+    K, S = 3, 2
+    cuts = np.sort(rng.integers(0, n + 1, size=(S, K, P)), axis=1).astype(np.int32)
+    cuts[:, 0, 0] = 0
+    cuts[:, -1, 1] = n
+    slot_f0 = np.array([0, 2], dtype=np.int32)
+    feature = np.array([1, 0, 2], dtype=np.int32)
+    with jax.enable_x64(True):
+        data = SweepData.from_problems([base], problems, [0] * P)
+        pre, suf = (np.asarray(a) for a in sweep_grid(data, np.int32(0), slot_f0, feature,
+                                                      cuts))
+    for q, pr in enumerate(problems):
+        for s in range(S):
+            for c, fc in enumerate(feature):
+                for k in range(K):
+                    want = reference(pr, slot_f0[s], fc, 0, n, cuts[s, k, q])
+                    assert (pre[c, s, k, q], suf[c, s, k, q]) == want, (q, s, c, k)
+
+
+# ---------------------------------------------------------------------------------------
+# the jaxpr audit
+# ---------------------------------------------------------------------------------------
+def _equations(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in (value if isinstance(value, (list, tuple)) else [value]):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
+
+
+def _kernel_jaxprs():
+    out = {}
+    with jax.enable_x64(True):
+        for kind in KINDS:
+            problem = ordered_problem(0, 70, 3, kind)
+            data = SweepData.from_problem(problem)
+            rows = (np.zeros(4, np.int32),) * 3
+            lo, hi = np.zeros(4, np.int32), np.full(4, 70, np.int32)
+            cuts = np.zeros((4, 2), np.int32)
+            out[f"full {kind}"] = jax.make_jaxpr(sweep_full)(data, *rows, cuts)
+            out[f"windowed {kind}"] = jax.make_jaxpr(sweep_windowed)(data, *rows, lo, hi, cuts)
+            out[f"gathered {kind}"] = jax.make_jaxpr(
+                functools.partial(sweep_gathered, length=64))(data, *rows, lo, hi, cuts)
+            if kind in BLOCKED_KINDS:
+                out[f"blocked {kind}"] = jax.make_jaxpr(jax.vmap(functools.partial(
+                    _kernels._blocked_full_row, data)))(*rows, cuts)
+        base = make_problem(np.arange(40.0)[:, None] % 7, np.arange(40) % 2,
+                            task="classification")
+        problems, _ = base.reweighted(np.ones((3, 40), dtype=np.int64))
+        data = SweepData.from_problems([base], problems, [0] * 3)
+        out["grid"] = jax.make_jaxpr(sweep_grid)(
+            data, np.int32(0), np.zeros(1, np.int32), np.zeros(1, np.int32),
+            np.zeros((1, 2, 3), np.int32))
+    return out
+
+
+def _is_commutative(eqn) -> bool:
+    """A generic `reduce`'s combine, applied to random operand pairs both ways."""
+    closed = eqn.params["jaxpr"]
+    body = getattr(closed, "jaxpr", closed)
+    consts = getattr(closed, "consts", [])
+    half = len(body.invars) // 2
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a = [jnp.asarray(rng.integers(-50, 50), v.aval.dtype) for v in body.invars[:half]]
+        b = [jnp.asarray(rng.integers(-50, 50), v.aval.dtype) for v in body.invars[half:]]
+        ab = jax.core.eval_jaxpr(body, consts, *a, *b)
+        ba = jax.core.eval_jaxpr(body, consts, *b, *a)
+        if any(not np.array_equal(x, y) for x, y in zip(ab, ba)):
+            return False
+    return True
+
+
+def test_kernels_reduce_and_scatter_only_order_free(monkeypatch):
+    monkeypatch.setattr(_kernels, "FULL_BLOCK", 8)  # the blocked path at n = 72
+    seen = set()
+    for name, closed in _kernel_jaxprs().items():
+        for eqn in _equations(closed.jaxpr):
+            prim = eqn.primitive.name
+            seen.add(prim)
+            if prim == "reduce":
+                assert _is_commutative(eqn), f"{name}: lax.reduce with a non-commutative combine"
+            if prim.startswith("scatter"):
+                dtype = eqn.outvars[0].aval.dtype
+                assert prim == "scatter-add" and jnp.issubdtype(dtype, jnp.integer), (
+                    f"{name}: {prim} on {dtype} depends on the order of colliding writes")
+    assert {"cumsum", "reduce_max"} & seen or "add" in seen  # the audit saw the kernels
+
+
+def test_the_audit_catches_a_non_commutative_combine():
+    """The combine the GPU backend broke: (sum, max prefix) is not commutative."""
+    def combine(a, b):
+        return a[0] + b[0], jnp.maximum(a[1], a[0] + b[1])
+
+    def best_prefix(x):
+        return jax.lax.reduce((x, x), (jnp.int32(0), jnp.int32(-(2**20))), combine, (0,))
+
+    closed = jax.make_jaxpr(best_prefix)(jnp.arange(8, dtype=jnp.int32))
+    reduces = [e for e in _equations(closed.jaxpr) if e.primitive.name == "reduce"]
+    assert reduces and not _is_commutative(reduces[0])
