@@ -54,10 +54,11 @@ class SweepData(eqx.Module):
 
     **Fields** (n samples padded, p features, C stat channels, S scanned channels):
 
-    - `rank_in_root`: `(L, p, p, n)`; `rank_in_root[l, f0, f, k]` is the position, in
-      f0's order, of the k-th sample of f's order (DESIGN.md: one compare makes a mask).
     - `cut_valid`: `(L, p, n+1)`, thresholds may fall before these sorted positions.
-    - `perm`, `rank`, `value_rank`: `(L, p, n)`, for gathered sweeps.
+    - `perm`, `rank`, `value_rank`: `(L, p, n)`. A row (f0, f) reads the position, in
+      f0's order, of the k-th sample of f's order as `rank[l, f0][perm[l, f]]` (one
+      gather of n per row; one compare with a cut then makes the prefix mask). Memory
+      stays O(L p n): no table per (f0, f) pair is ever stored.
     - `sorted_scan`: `(P, p, n, S)`, scanned channels in each feature's order.
     - `full_scan`: `(P, p, n+1, S)`, their cumulative sums (leading zero row); empty
       `(P, p, 1, S)` for two-class counts, whose sweeps never read it.
@@ -70,7 +71,6 @@ class SweepData(eqx.Module):
     - `layout_of`: `(P,)`, the layout of each problem.
     """
 
-    rank_in_root: Int[Array, "L p p n"]
     cut_valid: Bool[Array, "L p n1"]
     perm: Int[Array, "L p n"]
     rank: Int[Array, "L p n"]
@@ -86,6 +86,9 @@ class SweepData(eqx.Module):
     field_bits: int = eqx.field(static=True, default=0)  # > 0: class counts bit-packed
     n_classes: int = eqx.field(static=True, default=0)
     scan_dtype: str = eqx.field(static=True, default="int32")
+    # How prefix sums are formed (`prefix_sums`): "sequential" (a loop over samples,
+    # fastest on a CPU) or "parallel" (a log-depth scan, what an accelerator wants).
+    plan: str = eqx.field(static=True, default="sequential")
 
     @staticmethod
     def from_problem(problem: Problem) -> SweepData:
@@ -141,12 +144,6 @@ class SweepData(eqx.Module):
             rank[li, : lay.p, : lay.n] = lay.rank
             value_rank[li, : lay.p, : lay.n] = lay.value_rank
             cut_valid[li, : lay.p, : lay.n + 1] = lay.cut_valid
-        # rank_in_root[l, f0, f] = rank[l, f0][perm[l, f]], gathered one root feature at a
-        # time (its rank row stays in cache: 2x faster at n = 10^6).
-        rank_in_root = aligned_zeros((L, p, p, n_pad), np.int32)
-        for li in range(len(layouts)):
-            for f0 in range(p):
-                np.take(rank[li, f0], perm[li], out=rank_in_root[li, f0])
         first = problems[0]
         binary = first.loss_kind != "sse" and first.n_channels == 2
         field_bits = 0
@@ -176,7 +173,7 @@ class SweepData(eqx.Module):
                                   binary=binary, loss_kind=first.loss_kind,
                                   field_bits=field_bits, scan_dtype=scan_dtype)
         # One transfer for all arrays: each separate device_put costs ~0.2 ms.
-        arrays = jax.device_put(dict(rank_in_root=rank_in_root, cut_valid=cut_valid,
+        arrays = jax.device_put(dict(cut_valid=cut_valid,
                                      perm=perm, rank=rank, value_rank=value_rank,
                                      layout_of=layout_of, **tables))
         return SweepData(
@@ -186,6 +183,7 @@ class SweepData(eqx.Module):
             field_bits=field_bits,
             n_classes=first.n_channels,
             scan_dtype=np.dtype(scan_dtype).name,
+            plan=execution_plan(),
         )
 
     @property
@@ -194,6 +192,29 @@ class SweepData(eqx.Module):
 
 
 TABLE_CHUNK = 64  # problems per block of host table work
+PLANS = ("sequential", "parallel")
+
+
+def execution_plan() -> str:
+    """"sequential" on a CPU, "parallel" on an accelerator; `QBNB_JAX_PLAN` forces one.
+
+    Both give identical results (integer channels; float channels up to rounding, see
+    docs/design.md, "Exact on every backend"); forcing "parallel" on a CPU tests the
+    accelerator's kernels without one.
+    """
+    import os
+
+    forced = os.environ.get("QBNB_JAX_PLAN", "").strip().lower()
+    if forced:
+        if forced not in PLANS:
+            raise ValueError(f"QBNB_JAX_PLAN must be one of {', '.join(PLANS)}, not {forced!r}")
+        return forced
+    return "sequential" if jax.default_backend() == "cpu" else "parallel"
+
+
+def _root_positions(data: SweepData, lay: Array, f0: Array, f: Array) -> Array:
+    """`(n,)`: the position, in f0's order, of each sample of f's order."""
+    return data.rank[lay, f0][data.perm[lay, f]]
 
 
 def aligned_zeros(shape: tuple, dtype) -> np.ndarray:
@@ -366,6 +387,29 @@ def _cumsum(x: Array, axis: int) -> Array:
     return jax.lax.associative_scan(jnp.add, x, axis=axis)
 
 
+def _masked_prefix_sums(data: SweepData, values: Array, key: Array, cuts: Array) -> Array:
+    """`(K, n, S)`: for each cut, the prefix sums over positions of `values` `(n, S)`,
+    counting only samples whose `key` `(n,)` lies below the cut.
+
+    The order of the additions is fixed by the program either way, so no backend can
+    change it. "sequential" walks the samples once, carrying K x S running sums (no
+    `(K, n, S)` operand is formed before the scan, and each step is a few vector ops);
+    "parallel" masks all at once and runs a log-depth scan, which an accelerator
+    spreads over its cores.
+    """
+    if data.plan == "sequential":
+        def step(acc, sample):
+            value, k = sample
+            acc = acc + jnp.where((k < cuts)[:, None], value[None, :], 0).astype(acc.dtype)
+            return acc, acc
+
+        start = jnp.zeros((cuts.shape[0], values.shape[-1]), values.dtype)
+        _, sums = jax.lax.scan(step, start, (values, key))
+        return jnp.moveaxis(sums, 0, 1)
+    inside = key[None, :, None] < cuts[:, None, None]
+    return _cumsum(jnp.where(inside, values[None], 0).astype(values.dtype), axis=1)
+
+
 def _score(data: SweepData, left: Array, total_scan: Array) -> Array:
     """Score of splitting a set at each position; larger is better.
 
@@ -443,11 +487,12 @@ def _binary_full_row(
     prefix sums over valid positions (position 0, the empty side, gives `|T|`).
     """
     lay = data.layout_of[i]
-    key = data.rank_in_root[lay, f0, f]
-    inside = key[None, :] < cuts[:, None]  # (K, n)
-    d = data.sorted_scan[i, f, :, 0]
-    left = _cumsum(jnp.where(inside, d[None, :], 0).astype(d.dtype), axis=1)
-    right = _cumsum(d, axis=0)[None, :] - left  # the suffix part's prefix sums
+    key = _root_positions(data, lay, f0, f)
+    d = data.sorted_scan[i, f]  # (n, 1)
+    # one more cut past every position: its row is the prefix sums of the whole set
+    sums = _masked_prefix_sums(data, d, key, jnp.append(cuts, data.length))[..., 0]
+    left = sums[:-1]  # (K, n)
+    right = sums[-1][None, :] - left  # the suffix part's prefix sums
     valid = data.cut_valid[lay, f, 1:]
     pre_tot = data.root_cum[i, f0, cuts]  # (K, C)
     suf_tot = data.root_cum[i, f0, -1][None] - pre_tot
@@ -475,7 +520,7 @@ def _blocked_full_row(
     n = data.length
     S = data.sorted_scan.shape[-1]
     lay = data.layout_of[i]
-    key = data.rank_in_root[lay, f0, f]
+    key = _root_positions(data, lay, f0, f)
     scan = data.sorted_scan[i, f]
     inside = key[None, :] < cuts[:, None]  # fused into the reduction, never stored
     pre_scan = jnp.sum(jnp.where(inside[..., None], scan[None], 0), axis=1)
@@ -518,10 +563,8 @@ def _full_row(data: SweepData, i: Array, f0: Array, f: Array, cuts: Array) -> tu
     if data.length >= BLOCKED_FROM and data.length % FULL_BLOCK == 0:
         return _blocked_full_row(data, i, f0, f, cuts)
     lay = data.layout_of[i]
-    key = data.rank_in_root[lay, f0, f]  # (n,) positions in f0's order
-    inside = key[None, :] < cuts[:, None]  # (K, n): prefix of f0's order
-    contrib = jnp.where(inside[..., None], data.sorted_scan[i, f][None], 0)
-    left = _cumsum(contrib, axis=1)
+    key = _root_positions(data, lay, f0, f)
+    left = _masked_prefix_sums(data, data.sorted_scan[i, f], key, cuts)  # (K, n, S)
     valid = data.cut_valid[lay, f, 1:]
     pre_tot = data.root_cum[i, f0, cuts]  # (K, C)
     suf_tot = data.root_cum[i, f0, -1][None] - pre_tot
@@ -550,13 +593,11 @@ def _windowed_row(
     data: SweepData, i: Array, f0: Array, f: Array, lo: Array, hi: Array, cuts: Array
 ) -> tuple[Array, Array]:
     lay = data.layout_of[i]
-    key = data.rank_in_root[lay, f0, f]
-    window = (key >= lo) & (key < hi)  # (n,)
-    inside = window[None, :] & (key[None, :] < cuts[:, None])  # (K, n)
-    scan = data.sorted_scan[i, f]
-    contrib = jnp.where(inside[..., None], scan[None], 0)
-    left = _cumsum(contrib, axis=1)
-    base = _cumsum(jnp.where(window[:, None], scan, 0), axis=0)
+    key = _root_positions(data, lay, f0, f)
+    key = jnp.where(key >= lo, key, data.length)  # before the window: never inside
+    # cuts lie in [lo, hi]: the cut at hi collects the whole window
+    sums = _masked_prefix_sums(data, data.sorted_scan[i, f], key, jnp.append(cuts, hi))
+    left, base = sums[:-1], sums[-1]
     valid = data.cut_valid[lay, f, 1:]
     return _window_losses(data, i, f0, lo, hi, cuts, left, base, valid)
 
@@ -576,9 +617,8 @@ def _gathered_row(
     scan = jnp.where(inside[:, None], data.scan[i, ids], 0)
     values = data.value_rank[lay, f, ids]
     valid = jnp.concatenate([inside[1:] & (values[1:] != values[:-1]), jnp.zeros(1, bool)])
-    contrib = jnp.where((pos[None, :] < cuts[:, None])[..., None], scan[None], 0)
-    left = _cumsum(contrib, axis=1)
-    base = _cumsum(scan, axis=0)
+    sums = _masked_prefix_sums(data, scan, pos, jnp.append(cuts, n + 1))
+    left, base = sums[:-1], sums[-1]
     return _window_losses(data, i, f0, lo, hi, cuts, left, base, valid)
 
 
@@ -703,7 +743,7 @@ def sweep_grid(
                        (1, 0, 2))  # (n, F, Q)
     # problems past the padded count exist only in `grid_scan`'s lanes: none is read
     problem = jnp.minimum(first + jnp.arange(Q), data.root_cum.shape[0] - 1)
-    keys = jnp.transpose(data.rank_in_root[0][slot_f0][:, feature], (2, 1, 0))
+    keys = jnp.transpose(data.rank[0][slot_f0][:, data.perm[0][feature]], (2, 1, 0))
     keys = keys.astype(key_dtype)  # (n, F, S)
     valid = jnp.transpose(data.cut_valid[0][feature, 1:])  # (n, F)
     F = xs.shape[1]
