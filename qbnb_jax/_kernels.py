@@ -34,6 +34,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Int, Shaped
 
 from ._data import LossKind, Problem
+from ._memory import check_allocation
 from ._parallel import run_all
 
 
@@ -48,7 +49,7 @@ class SweepData(eqx.Module):
 
     Problems (axis P) carry their own stats; they share a sample layout (axis L, the
     presorted orders of one X) when they differ only in weights, as bootstrap samples
-    and folds do (DESIGN.md section 5); the compacted sides of a deeper tree have a
+    and folds do (docs/design.md, "Batching"); the compacted sides of a deeper tree have a
     layout each. A single solve has
     P = L = 1.
 
@@ -135,6 +136,10 @@ class SweepData(eqx.Module):
         n_pad = padded_length(max(lay.n for lay in layouts), steps_per_octave)
         p = max(lay.p for lay in layouts)
         L = count_bucket(len(layouts), count_base) if len(layouts) > 1 else 1
+        count = len(problems)
+        bucket = count_bucket(count, count_base) if count > 1 else 1
+        check_allocation(table_bytes(L, bucket, p, n_pad, problems[0].n_channels),
+                         f"the sweep tables of {count} problem(s) (n = {n_pad}, p = {p})")
         perm = np.broadcast_to(np.arange(n_pad, dtype=np.int32), (L, p, n_pad)).copy()
         rank = perm.copy()
         value_rank = perm + n_pad
@@ -162,8 +167,6 @@ class SweepData(eqx.Module):
             field_bits = packing_bits(total)
             scan_dtype = np.int64
         # Bucketed problem counts share compiled kernels; padding problems stay zero.
-        count = len(problems)
-        bucket = count_bucket(count, count_base) if count > 1 else 1
         layout_of = np.concatenate([np.asarray(layout_of, dtype=np.int32),
                                     np.zeros(bucket - count, np.int32)])
         if stat_tables is not None:
@@ -189,6 +192,13 @@ class SweepData(eqx.Module):
     @property
     def length(self) -> int:
         return int(self.perm.shape[-1])
+
+
+def table_bytes(layouts: int, problems: int, p: int, n_pad: int, channels: int) -> int:
+    """An upper bound on the bytes of `SweepData`'s arrays: the layouts' orders (three
+    int32 and one bool per sample and feature) and each problem's stat tables (at most
+    three of 8-byte channels per sample and feature)."""
+    return layouts * p * (n_pad + 1) * 13 + problems * p * (n_pad + 1) * channels * 8 * 3
 
 
 TABLE_CHUNK = 64  # problems per block of host table work
@@ -239,8 +249,8 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     are), then padded with all-zero problems up to `bucket`. Integer counts keep one
     channel of `root_cum`, the summed weight, which is all their set totals need (a
     loss is total weight minus a score), and two-class counts, whose sweeps never read
-    `full_scan`, get an empty one: at 1,000 bootstrap problems these tables were the
-    largest host cost of a batch.
+    `full_scan`, get an empty one: for large batches these tables are the largest host
+    cost.
     """
     count = len(stats)
     L, p, n_pad = perm.shape
@@ -311,7 +321,7 @@ def _grid_table(signed: np.ndarray, perm: np.ndarray, n_pad: int) -> np.ndarray:
     """`grid_scan` `(p, n_pad, G)` of the signed counts `(P, >= n)` in sample order.
 
     `[f, k, q]`: problem q's count of the k-th sample of f's order. A take of whole rows
-    of the (sample, problem) table, 3x faster than transposing per-problem tables.
+    of the (sample, problem) table, much cheaper than transposing per-problem tables.
     """
     P = len(signed)
     p, n = perm.shape
@@ -381,8 +391,8 @@ def padded_length(n: int, steps_per_octave: int = 8) -> int:
 def _cumsum(x: Array, axis: int) -> Array:
     """Inclusive prefix sums in x's own dtype.
 
-    `lax.associative_scan` ran 3x faster than `jnp.cumsum` (a reduce_window on CPU)
-    on this workload, and keeps int16 counts in int16.
+    `lax.associative_scan` beats `jnp.cumsum` (a reduce_window on CPU) on this
+    workload, and keeps int16 counts in int16.
     """
     return jax.lax.associative_scan(jnp.add, x, axis=axis)
 
@@ -515,7 +525,7 @@ def _blocked_full_row(
     The one-shot version materialises `(K, n, S)` prefix sums (tens of MB per row at
     n = 10^6, in fresh pages on every call); here each block's prefix sums are formed
     from a running carry and reduced to the best score at once, so the intermediates
-    stay in cache (1.7x faster at n = 10^6). The same scores, summed in another order.
+    stay in cache. The same scores, summed in another order.
     """
     n = data.length
     S = data.sorted_scan.shape[-1]
@@ -694,8 +704,8 @@ def sweep_gathered(
 # is gathered or stored per step.
 
 
-# Problems per `sweep_grid` call: its vector lanes (64-128 ran 0.14-0.17 ms per problem
-# at n = 1000, p = 10; 32 ran 5x slower).
+# Problems per `sweep_grid` call: its vector lanes (fewer lanes leave the vector units
+# idle; measured with `python -m qbnb_jax.bench_batch`).
 GRID_LANES = 128
 
 

@@ -27,15 +27,19 @@ from ._kernels import (
 )
 from ._parallel import THREADS, run_all
 
-# Elements of the (chunk, cuts, length, channels) intermediate processed at once:
-# small enough to stay in cache (DESIGN.md: 16-64 rows of a few thousand samples).
+# Elements of the (chunk, cuts, length, channels) intermediate processed at once on a
+# CPU: small enough to stay in cache (docs/design.md, "Execution plans").
 CHUNK_ELEMENTS = 1 << 18
 MAX_CHUNK = 64
-# Two-class sweeps are reductions with no large intermediate, so when a call has
-# rows to spare they go in 4x larger chunks: fewer calls, less dispatch (1,000
-# bootstrap problems: 4.4 -> 3.3 s). Few rows keep the small chunks, which spread
-# over the threads; so do many-class sweeps (bean slowed 1.4x with large ones).
+# Two-class sweeps keep only K running sums per row, so when a call has rows to spare
+# they go in 4x larger chunks: fewer calls, less dispatch. Few rows keep the small
+# chunks, which spread over the threads; so do many-class sweeps.
 BIG_CHUNK_FACTOR = 4
+# An accelerator wants few large calls: up to this many rows, and intermediates of at
+# most ACCELERATOR_SHARE of its free memory.
+ACCELERATOR_MAX_ROWS = 4096
+ACCELERATOR_SHARE = 8
+BYTES_PER_ELEMENT = 32  # a few live (chunk, cuts, length, channels) intermediates
 MAX_CUTS = 32  # cuts per row per call; more are split into blocks
 # Windows longer than n / GATHER_SHARE are scanned in place rather than gathered.
 GATHER_SHARE = 4
@@ -43,9 +47,9 @@ WINDOW_CUTS = 8  # cuts per call for windowed and gathered rows
 # Full sweeps of every feature for at least this many problems of one shared two-class
 # layout go to `sweep_grid`, GRID_LANES problems (its vector lanes) per call.
 GRID_MIN_PROBLEMS = 32
-# A lane-sample of `sweep_grid` cost about 1/17 of a row's cut-sample (0.17 against 2.9
-# ns on 2 threads, 1,000 bootstrap problems): the grid may compute up to this many times
-# the elements the rows ask for, as it does when a problem has few tuples left.
+# A lane-sample of `sweep_grid` costs a small fraction of a row's cut-sample (measured
+# with `python -m qbnb_jax.bench_batch`): the grid may compute up to this many times the
+# elements the rows ask for, as it does when a problem has few tuples left.
 GRID_ADVANTAGE = 16
 
 _COMPILED: dict[tuple, object] = {}
@@ -57,7 +61,7 @@ def _shardings():
     """`(rows, replicated)` shardings over all devices, or None on one device.
 
     Rows of a kernel call are independent, so a call's rows are split across the
-    devices (DESIGN.md section 7) while the problem arrays are replicated on each.
+    devices (docs/design.md, "Execution plans") while the problem arrays are replicated on each.
     """
     devices = jax.devices()
     if len(devices) == 1:
@@ -66,6 +70,15 @@ def _shardings():
     spec = jax.sharding.PartitionSpec
     return (jax.sharding.NamedSharding(mesh, spec("rows")),
             jax.sharding.NamedSharding(mesh, spec()))
+
+
+def _accelerator_free_bytes() -> int:
+    """Free memory of the first device (its allocator's view), or 1 GiB where unknown
+    (a CPU forced onto the parallel plan)."""
+    stats = jax.devices()[0].memory_stats() or {}
+    if "bytes_limit" not in stats:
+        return 1 << 30
+    return max(0, int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
 
 
 def pow2_at_least(x: int) -> int:
@@ -193,6 +206,9 @@ class KernelRunner:
 
     def _chunk(self, cuts: int, length: int, rows: int) -> int:
         per_row = cuts * (length + 1) * int(self.data.sorted_scan.shape[-1])
+        if self.data.plan == "parallel":
+            fit = _accelerator_free_bytes() // (ACCELERATOR_SHARE * BYTES_PER_ELEMENT * per_row)
+            return max(1, min(ACCELERATOR_MAX_ROWS, _pow2_at_most(fit), pow2_at_least(rows)))
         chunk = max(1, min(MAX_CHUNK, _pow2_at_most(CHUNK_ELEMENTS // max(per_row, 1))))
         big = chunk * BIG_CHUNK_FACTOR
         if self.data.binary and rows >= 2 * THREADS * big:
@@ -344,7 +360,7 @@ class KernelRunner:
         args = (data, plan.first[0], slot_f0, plan.feature, place(lane_cuts[0], 2))
         exe = self._executable("grid", sweep_grid, args, {})
         # each row's K cuts (K = 1: one cut, repeated) as flat indices of a block's
-        # [feature column, slot, cut, lane] output: one np.take per output (10x faster
+        # [feature column, slot, cut, lane] output: one np.take per output (far cheaper
         # than a fancy index)
         _, slots, width, lanes = lane_cuts.shape
         cut_index = plan.offset[:, None] + np.arange(plan.K)[None, :]
