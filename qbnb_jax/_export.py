@@ -8,12 +8,15 @@ by index unless `class_names` is given.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
+import re
+import shutil
+from collections.abc import Callable
 from io import StringIO
-from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
@@ -33,7 +36,14 @@ class _Model:
 
 
 def _unwrap(obj: Any) -> _Model:
-    """The tree and what is known about its labels and features."""
+    """The tree and what is known about its labels and features (the tree checked)."""
+    model = _unwrap_unchecked(obj)
+    # The walks below trust preorder and distinct children: a cycle would never end.
+    model.tree.check()
+    return model
+
+
+def _unwrap_unchecked(obj: Any) -> _Model:
     if isinstance(obj, Tree):
         return _Model(obj, None, None, None)
     if hasattr(obj, "get_params") and hasattr(obj, "fit"):  # an estimator
@@ -116,14 +126,15 @@ def _graph_class_names(model: _Model, class_names: Any) -> list[Any] | None:
     return _class_names(model, class_names)
 
 
-def _subtree_depth(tree: Tree, node: int) -> int:
-    """Number of levels in the subtree rooted at `node` (a leaf has 1)."""
-    if tree.children_left[node] == LEAF:
-        return 1
-    return 1 + max(
-        _subtree_depth(tree, int(tree.children_left[node])),
-        _subtree_depth(tree, int(tree.children_right[node])),
-    )
+def _subtree_depths(tree: Tree) -> np.ndarray:
+    """Number of levels in the subtree rooted at each node (a leaf has 1)."""
+    depths = np.ones(tree.n_nodes, dtype=np.int64)
+    # Children come after their parent in preorder, so a reverse sweep sees them first.
+    for node in range(tree.n_nodes - 1, -1, -1):
+        left = int(tree.children_left[node])
+        if left != LEAF:
+            depths[node] = 1 + max(depths[left], depths[int(tree.children_right[node])])
+    return depths
 
 
 def export_text(
@@ -203,7 +214,16 @@ def export_text(
             text = "[" + ", ".join(number(v) for v in value) + "]"
             report.write(f"{indent} value: {text}\n")
 
-    def recurse(node: int, depth: int) -> None:
+    subtree_depths: np.ndarray | None = None  # only needed when a branch is truncated
+    # An explicit stack rather than recursion: a deep tree must not hit the
+    # interpreter's recursion limit. Items are (node, depth) or a line to write.
+    stack: list[tuple[int, int] | str] = [(0, 1)]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            report.write(item)
+            continue
+        node, depth = item
         indent = ("|" + " " * spacing) * depth
         indent = indent[:-spacing] + "-" * spacing
         if depth <= max_depth + 1:
@@ -211,19 +231,18 @@ def export_text(
                 name = feature_name(node)
                 threshold = number(float(tree.threshold[node]))
                 report.write(f"{indent} {name} <= {threshold}\n")
-                recurse(int(tree.children_left[node]), depth + 1)
-                report.write(f"{indent} {name} >  {threshold}\n")
-                recurse(int(tree.children_right[node]), depth + 1)
+                stack.append((int(tree.children_right[node]), depth + 1))
+                stack.append(f"{indent} {name} >  {threshold}\n")
+                stack.append((int(tree.children_left[node]), depth + 1))
             else:
                 add_leaf(node, indent)
         else:
-            subtree_depth = _subtree_depth(tree, node)
-            if subtree_depth == 1:
+            if subtree_depths is None:
+                subtree_depths = _subtree_depths(tree)
+            if subtree_depths[node] == 1:
                 add_leaf(node, indent)
             else:
-                report.write(f"{indent} truncated branch of depth {subtree_depth}\n")
-
-    recurse(0, 1)
+                report.write(f"{indent} truncated branch of depth {subtree_depths[node]}\n")
     return report.getvalue()
 
 
@@ -387,7 +406,10 @@ def export_graphviz(
     out.write(f', fontname="{fontname}"] ;\n')
     out.write(f'edge [fontname="{fontname}"] ;\n')
 
-    def recurse(node: int, parent: int | None, depth: int) -> None:
+    # An explicit stack rather than recursion, so that deep trees export too.
+    stack: list[tuple[int, int | None, int]] = [(0, None, 0)]
+    while stack:
+        node, parent, depth = stack.pop()
         if max_depth is None or depth <= max_depth:
             lines = _node_lines(model, node, names, classes, precision, node_ids, "x[{}]")
             label = "\\n".join(escape(line) for line in lines)
@@ -404,8 +426,8 @@ def export_graphviz(
                         out.write(' [labeldistance=2.5, labelangle=-45, headlabel="False"]')
                 out.write(" ;\n")
             if tree.children_left[node] != LEAF:
-                recurse(int(tree.children_left[node]), node, depth + 1)
-                recurse(int(tree.children_right[node]), node, depth + 1)
+                stack.append((int(tree.children_right[node]), node, depth + 1))
+                stack.append((int(tree.children_left[node]), node, depth + 1))
         else:
             out.write(f'{node} [label="(...)"')
             if colors is not None:
@@ -414,7 +436,6 @@ def export_graphviz(
             if parent is not None:
                 out.write(f"{parent} -> {node} ;\n")
 
-    recurse(0, None, 0)
     out.write("}")
     return out.getvalue()
 
@@ -469,25 +490,8 @@ def plot_tree(
     classes = _graph_class_names(model, class_names)
     colors = _fill_colors(tree) if filled else None
 
-    # Layout: leaves (or truncated nodes) spread left to right, parents centred above.
-    x_pos: dict[int, float] = {}
-    depth_of: dict[int, int] = {}
-    next_leaf = [0.0]
-
-    def layout(node: int, depth: int) -> None:
-        depth_of[node] = depth
-        is_cut = max_depth is not None and depth > max_depth
-        if tree.children_left[node] == LEAF or is_cut:
-            x_pos[node] = next_leaf[0]
-            next_leaf[0] += 1.0
-            return
-        left, right = int(tree.children_left[node]), int(tree.children_right[node])
-        layout(left, depth + 1)
-        layout(right, depth + 1)
-        x_pos[node] = (x_pos[left] + x_pos[right]) / 2
-
-    layout(0, 0)
-    width = max(next_leaf[0] - 1.0, 1.0)
+    x_pos, depth_of = _layout(tree, max_depth)
+    width = max(max(x_pos.values()), 1.0)
     height = max(max(depth_of.values()), 1)
 
     if ax is None:
@@ -537,7 +541,47 @@ def plot_tree(
     return artists
 
 
+def _layout(tree: Tree, max_depth: int | None) -> tuple[dict[int, float], dict[int, int]]:
+    """Horizontal position and depth of each drawn node.
+
+    Leaves (and truncated nodes) are spread left to right, parents centred above
+    their children; computed without recursion so that deep trees plot too.
+    """
+    x_pos: dict[int, float] = {}
+    depth_of: dict[int, int] = {0: 0}
+    order = []  # drawn nodes in preorder: leaves left to right, parents before children
+    stack = [0]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        is_cut = max_depth is not None and depth_of[node] > max_depth
+        if tree.children_left[node] != LEAF and not is_cut:
+            for child in (int(tree.children_right[node]), int(tree.children_left[node])):
+                depth_of[child] = depth_of[node] + 1
+                stack.append(child)
+    next_leaf = 0.0
+    for node in order:
+        is_cut = max_depth is not None and depth_of[node] > max_depth
+        if tree.children_left[node] == LEAF or is_cut:
+            x_pos[node] = next_leaf
+            next_leaf += 1.0
+    for node in reversed(order):  # children before parents
+        if node not in x_pos:
+            left, right = int(tree.children_left[node]), int(tree.children_right[node])
+            x_pos[node] = (x_pos[left] + x_pos[right]) / 2
+    return x_pos, depth_of
+
+
 # -- JSON ------------------------------------------------------------------------------
+
+# Limits on what `load_tree` reads, so that a corrupt or hostile file is refused with a
+# clear message instead of exhausting memory or the interpreter's stack.
+MAX_FILE_BYTES = 256 * 2**20
+MAX_JSON_NESTING = 32  # a tree file itself nests four levels: file, tree, value, row
+MAX_NODES = 2**20
+MAX_TREE_DEPTH = 10_000
+MAX_FEATURES = 2**31 - 1  # split features are stored as int32
+KINDS = ("estimator", "result", "tree")
 
 
 def _json_label(label: Any) -> Any:
@@ -548,8 +592,33 @@ def _json_label(label: Any) -> Any:
     raise ValueError(f"Class label {label!r} cannot be stored in JSON (use str or numbers).")
 
 
-def _optional_float(value: Any) -> float | None:
-    return None if value is None else float(value)
+def _finite_or_none(value: Any) -> float | None:
+    """A number for the file; JSON has no NaN or infinity, so those become null.
+
+    (A loaded estimator whose file had no objective holds NaN, and saving it again
+    must still give a file that loads.)
+    """
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _json_params(params: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in params.items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        if key == "time_limit" and isinstance(value, float) and math.isinf(value):
+            value = None  # "no limit", which JSON cannot write as infinity
+        out[key] = value
+    return out
+
+
+def _kind(obj: Any) -> str:
+    if isinstance(obj, Tree):
+        return "tree"
+    return "estimator" if hasattr(obj, "get_params") else "result"
 
 
 def save_tree(
@@ -557,14 +626,15 @@ def save_tree(
 ) -> None:
     """Save a fitted tree to a JSON file that `load_tree` reads back.
 
-    The file holds the tree arrays, the task, the class labels, the feature names and
-    count (when known), the objective, lower bound, gap and status, and the estimator's
-    parameters.
+    The file holds what was saved (estimator, solve result or bare tree), the tree
+    arrays, the task, the class labels, the feature names and count (when known), the
+    objective, lower bound, gap and status, and the estimator's parameters (the depth
+    for a solve result).
 
     Parameters
     ----------
-    estimator_or_result : OptimalTreeClassifier, OptimalTreeRegressor or SolveResult
-        A fitted estimator or the result of `qbnb_jax.solve`.
+    estimator_or_result : OptimalTreeClassifier, OptimalTreeRegressor, SolveResult or Tree
+        A fitted estimator, the result of `qbnb_jax.solve`, or a bare `Tree`.
     path : str or path-like
         The file to write (overwritten).
     feature_names : array-like of str, default=None
@@ -580,10 +650,39 @@ def save_tree(
     >>> (load_tree("tree.json").predict(X) == clf.predict(X)).all()  # doctest: +SKIP
     True
     """
+    write_text_file(path, tree_json(estimator_or_result, feature_names=feature_names))
+
+
+def tree_json(estimator_or_result: Any, *, feature_names: Any = None) -> str:
+    """The text `save_tree` writes (JSON, ending with a newline)."""
     data = _to_json_dict(estimator_or_result, feature_names)
-    text = json.dumps(data, indent=1)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text + "\n")
+    return json.dumps(data, indent=1, allow_nan=False) + "\n"
+
+
+def write_text_file(path: str | os.PathLike, text: str) -> None:
+    """Write `text` (UTF-8) to `path` whole or not at all.
+
+    The text goes to a temporary file beside the target, which is then renamed over
+    it: an interruption (the command line exits at once on Ctrl-C) never leaves a
+    truncated file. A target that is not a regular file (a FIFO, /dev/stdout) is
+    written in place.
+    """
+    target = os.path.realpath(path)
+    if os.path.exists(target) and not os.path.isfile(target):
+        with open(target, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        return
+    temporary = f"{target}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "x", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        if os.path.exists(target):
+            shutil.copymode(target, temporary)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def _to_json_dict(obj: Any, feature_names: Any = None) -> dict[str, Any]:
@@ -595,15 +694,15 @@ def _to_json_dict(obj: Any, feature_names: Any = None) -> dict[str, Any]:
         else (len(names) if names is not None else None)
     )
     classes = None if model.classes is None else [_json_label(c) for c in model.classes]
-    is_estimator = hasattr(obj, "get_params")
-    if is_estimator:
+    kind = _kind(obj)
+    if kind == "estimator":
         objective = getattr(obj, "objective_", None)
         lower_bound = getattr(obj, "lower_bound_", None)
         gap = getattr(obj, "gap_", None)
         status = getattr(obj, "status_", None)
         n_iter = getattr(obj, "n_iter_", None)
-        params = {k: v for k, v in obj.get_params().items() if k != "verbose"}
-    elif isinstance(obj, Tree):
+        params = _json_params({k: v for k, v in obj.get_params().items() if k != "verbose"})
+    elif kind == "tree":
         objective = lower_bound = gap = status = n_iter = params = None
     else:
         objective = getattr(obj, "objective", None)
@@ -611,17 +710,19 @@ def _to_json_dict(obj: Any, feature_names: Any = None) -> dict[str, Any]:
         gap = getattr(obj, "gap", None)
         status = getattr(obj, "status", None)
         n_iter = (getattr(obj, "stats", None) or {}).get("iterations")
-        params = None
+        depth = getattr(obj, "depth", None)
+        params = None if depth is None else {"depth": int(depth)}
     return {
         "format": FORMAT,
         "version": FORMAT_VERSION,
+        "kind": kind,
         "task": model.tree.task,
         "classes": classes,
         "feature_names": names,
         "n_features": n_features,
-        "objective": _optional_float(objective),
-        "lower_bound": _optional_float(lower_bound),
-        "gap": _optional_float(gap),
+        "objective": _finite_or_none(objective),
+        "lower_bound": _finite_or_none(lower_bound),
+        "gap": _finite_or_none(gap),
         "status": None if status is None else str(status),
         "n_iter": None if n_iter is None else int(n_iter),
         "params": params,
@@ -630,7 +731,7 @@ def _to_json_dict(obj: Any, feature_names: Any = None) -> dict[str, Any]:
 
 
 def load_tree(path: str | os.PathLike) -> Any:
-    """Load a tree saved by `save_tree` as a fitted estimator.
+    """Load a tree saved by `save_tree`, as the kind of object that was saved.
 
     Parameters
     ----------
@@ -639,82 +740,276 @@ def load_tree(path: str | os.PathLike) -> Any:
 
     Returns
     -------
-    estimator : OptimalTreeClassifier or OptimalTreeRegressor
-        A fitted estimator (``predict``, ``export_text``, ... work; refitting is
-        possible too, with the stored parameters).
+    loaded : OptimalTreeClassifier, OptimalTreeRegressor, SolveResult or Tree
+        A saved estimator loads as a fitted estimator (``predict``, ``export_text``,
+        ... work; refitting is possible too, with the stored parameters). A saved
+        `SolveResult` loads as a `SolveResult` whose ``stats`` hold only the iteration
+        count. A saved bare `Tree` loads as a `Tree`. Files written before the kind
+        was recorded load as estimators.
 
     Raises
     ------
     ValueError
-        If the file is not valid JSON or does not describe a valid tree; the message
-        names the file and the problem.
+        If the file is not valid JSON, does not describe a valid tree or exceeds the
+        limits (`MAX_FILE_BYTES`, `MAX_JSON_NESTING`, `MAX_NODES`, `MAX_TREE_DEPTH`);
+        the message names the file and the problem.
     OSError
         If the file cannot be read.
     """
-    with open(path, "rb") as fh:
-        raw = fh.read()
+    return _load(path, _as_saved_kind)
+
+
+def load_estimator(path: str | os.PathLike) -> Any:
+    """Load any file `save_tree` wrote as a fitted estimator (what the CLI predicts with).
+
+    A bare tree's classes are its value columns 0, 1, ... unless the file names them.
+    """
+    return _load(path, _as_estimator)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Saved:
+    """The checked contents of a tree file."""
+
+    kind: str
+    tree: Tree
+    classes: list[Any] | None
+    feature_names: list[str] | None
+    n_features: int | None
+    objective: float | None
+    lower_bound: float | None
+    gap: float | None
+    status: str | None
+    n_iter: int | None
+    params: dict[str, Any]
+
+
+def _load(path: str | os.PathLike, build: Callable[[_Saved], Any]) -> Any:
+    data = _read_json(path)
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"{os.fspath(path)}: not a UTF-8 text file.") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{os.fspath(path)}: not a valid JSON file ({err}).") from None
-    try:
-        return _from_json_dict(data)
+        return build(_parse_saved(data))
     except (ValueError, OverflowError, TypeError) as err:
         raise ValueError(f"{os.fspath(path)}: {err}") from None
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool)
+def _as_saved_kind(saved: _Saved) -> Any:
+    if saved.kind == "tree":
+        return saved.tree
+    if saved.kind == "result":
+        return _as_result(saved)
+    return _as_estimator(saved)
 
 
-def _from_json_dict(data: Any) -> Any:
+class _NonFiniteNumber(ValueError):
+    pass
+
+
+def _as_estimator(saved: _Saved) -> Any:
     from ._estimator import OptimalTreeClassifier, OptimalTreeRegressor
 
+    tree = saved.tree
+    classification = tree.task == "classification"
+    cls = OptimalTreeClassifier if classification else OptimalTreeRegressor
+    params = dict(saved.params)
+    if saved.kind == "result" and "depth" in params:
+        params["max_depth"] = params["depth"]
+    known = {k: v for k, v in params.items() if k in cls().get_params()}
+    known.setdefault("max_depth", max(tree.max_depth, 1))
+    est = cls(**known)
+    est._validate_params()
+
+    est.tree_ = tree
+    if saved.n_features is not None:
+        est.n_features_in_ = saved.n_features
+    if saved.feature_names is not None:
+        est.feature_names_in_ = np.asarray(saved.feature_names, dtype=object)
+    if classification:
+        classes = saved.classes
+        if classes is None:
+            classes = list(range(tree.value.shape[1]))
+        est.classes_ = np.asarray(classes)
+        est.n_classes_ = len(classes)
+        est.n_outputs_ = 1
+    else:
+        est.n_outputs_ = int(tree.value.shape[1])
+    est.objective_ = _nan_if_none(saved.objective)
+    est.lower_bound_ = _nan_if_none(saved.lower_bound)
+    est.gap_ = _nan_if_none(saved.gap)
+    est.status_ = "unknown" if saved.status is None else saved.status
+    est.n_iter_ = 0 if saved.n_iter is None else saved.n_iter
+    est.solve_stats_ = {}
+    return est
+
+
+def _as_result(saved: _Saved) -> Any:
+    from ._solve import SolveResult
+
+    tree = saved.tree
+    n_features = saved.n_features
+    if n_features is None:  # not written by save_tree, which always stores it for a result
+        n_features = int(tree.feature.max(initial=0)) + 1
+    return SolveResult(
+        tree=tree,
+        objective=_nan_if_none(saved.objective),
+        lower_bound=_nan_if_none(saved.lower_bound),
+        gap=_nan_if_none(saved.gap),
+        status="unknown" if saved.status is None else saved.status,
+        stats={} if saved.n_iter is None else {"iterations": saved.n_iter},
+        task=tree.task,
+        depth=saved.params.get("depth", max(tree.max_depth, 1)),
+        classes=None if saved.classes is None else np.asarray(saved.classes),
+        n_features=n_features,
+    )
+
+
+def _nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def _reject_constant(name: str) -> float:
+    raise _NonFiniteNumber(f"{name} is not allowed in a tree file (numbers must be finite).")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFiniteNumber(f"the number {text} is out of range (numbers must be finite).")
+    return value
+
+
+def _read_json(path: str | os.PathLike) -> Any:
+    """The parsed JSON of a tree file, refusing files over the size and nesting limits."""
+    name = os.fspath(path)
+    with open(path, "rb") as fh:
+        raw = fh.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"{name}: larger than the {MAX_FILE_BYTES} bytes a tree file may have.")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{name}: not a UTF-8 text file.") from None
+    if _json_nesting(raw) > MAX_JSON_NESTING:
+        raise ValueError(
+            f"{name}: not a tree file (arrays and objects nested more than "
+            f"{MAX_JSON_NESTING} levels deep)."
+        )
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except _NonFiniteNumber as err:
+        raise ValueError(f"{name}: {err}") from None
+    except ValueError as err:  # JSONDecodeError, or an integer with too many digits
+        raise ValueError(f"{name}: not a valid JSON file ({_one_line(err)}).") from None
+    except RecursionError:  # the nesting scan should make this unreachable
+        raise ValueError(f"{name}: not a tree file (nested too deeply to read).") from None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join((str(err) or type(err).__name__).split())
+
+
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
+_NESTING_CHUNK = 2**20
+
+
+def _json_nesting(raw: bytes) -> int:
+    """Deepest nesting of arrays and objects in JSON text, brackets in strings aside.
+
+    Python's json module recurses once per level, so over-deep input must be refused
+    before parsing. This scan runs at C speed (regex, bytes.translate, numpy) in
+    bounded memory; UTF-8 never puts these ASCII bytes inside a multi-byte character.
+    """
+    marks = _ESCAPE.sub(b"", raw).translate(None, _NOT_STRUCTURE)  # an escaped " is text
+    level, deepest, quotes = 0, 0, 0
+    for start in range(0, len(marks), _NESTING_CHUNK):
+        chunk = np.frombuffer(marks[start : start + _NESTING_CHUNK], dtype=np.uint8)
+        is_quote = chunk == ord('"')
+        outside = (quotes + np.cumsum(is_quote)) % 2 == 0
+        opens = ((chunk == ord("[")) | (chunk == ord("{"))) & outside
+        closes = ((chunk == ord("]")) | (chunk == ord("}"))) & outside
+        levels = level + np.cumsum(opens.astype(np.int64) - closes)
+        deepest = max(deepest, int(levels.max()))
+        level = int(levels[-1])
+        quotes += int(is_quote.sum())
+    return deepest
+
+
+def _is_number(value: Any) -> bool:
+    """A JSON number (json gives int or float; bool is not a number here)."""
+    return type(value) in (int, float)
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _parse_saved(data: Any) -> _Saved:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f'not a qbnb_jax tree file (expected "format": "{FORMAT}").')
-    if data.get("version") != FORMAT_VERSION:
+    version = data.get("version")
+    if not _is_int(version) or version != FORMAT_VERSION:
         raise ValueError(
-            f"unsupported file version {data.get('version')!r} (this qbnb_jax reads "
-            f"version {FORMAT_VERSION})."
+            f"unsupported file version {version!r} (this qbnb_jax reads version "
+            f"{FORMAT_VERSION})."
         )
+    kind = data.get("kind", "estimator")  # files from before "kind" held estimators
+    if kind not in KINDS:
+        raise ValueError(f"'kind' must be one of {', '.join(KINDS)}; got {kind!r}.")
     task = data.get("task")
     if task not in ("classification", "regression"):
         raise ValueError(f"unknown task {task!r}; expected 'classification' or 'regression'.")
-    if not isinstance(data.get("tree"), dict):
-        raise ValueError("missing or malformed 'tree' object.")
-    tree = Tree.from_dict(data["tree"])
-    if tree.task != task:
-        raise ValueError(f"the tree's task {tree.task!r} differs from the file's {task!r}.")
-    if not np.all(np.isfinite(tree.weighted_n_node_samples)) or np.any(
-        tree.weighted_n_node_samples < 0
-    ):
-        raise ValueError("weighted_n_node_samples must be finite and non-negative.")
+    tree = _tree_from_json(data.get("tree"), task)
+    names, n_features = _parse_features(data, tree)
+    status = data.get("status")
+    if status is not None and not isinstance(status, str):
+        raise ValueError(f"'status' must be a string or null; got {status!r}.")
+    n_iter = data.get("n_iter")
+    if n_iter is not None and not (_is_int(n_iter) and n_iter >= 0):
+        raise ValueError(f"'n_iter' must be a non-negative integer or null; got {n_iter!r}.")
+    return _Saved(
+        kind=kind,
+        tree=tree,
+        classes=_parse_classes(data.get("classes"), tree, kind),
+        feature_names=names,
+        n_features=n_features,
+        objective=_optional_number(data, "objective"),
+        lower_bound=_optional_number(data, "lower_bound"),
+        gap=_optional_number(data, "gap"),
+        status=status,
+        n_iter=n_iter,
+        params=_parse_params(data.get("params"), kind),
+    )
 
-    classes = data.get("classes")
-    if task == "classification":
-        if not isinstance(classes, list) or len(classes) != tree.value.shape[1]:
-            raise ValueError(
-                f"'classes' must be a list of {tree.value.shape[1]} labels (one per column "
-                "of the tree's value)."
-            )
-        if any(isinstance(c, (list, dict)) for c in classes):
-            raise ValueError("'classes' must hold strings or numbers.")
-        if len({json.dumps(c) for c in classes}) != len(classes):
-            raise ValueError("'classes' has repeated labels.")
-    elif classes is not None:
-        raise ValueError("'classes' must be null for a regression tree.")
 
+def _optional_number(data: dict[str, Any], key: str) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not _is_number(value) or not math.isfinite(_float_or_inf(value)):
+        raise ValueError(f"{key!r} must be a finite number or null; got {value!r}.")
+    return float(value)
+
+
+def _float_or_inf(value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond the float range
+        return math.inf
+
+
+def _parse_features(data: dict[str, Any], tree: Tree) -> tuple[list[str] | None, int | None]:
     n_features = data.get("n_features")
+    if n_features is not None and not (_is_int(n_features) and 1 <= n_features <= MAX_FEATURES):
+        raise ValueError(
+            f"'n_features' must be an integer from 1 to {MAX_FEATURES} or null; got "
+            f"{n_features!r}."
+        )
     names = data.get("feature_names")
-    if n_features is not None and (
-        not isinstance(n_features, Integral) or n_features < 1 or isinstance(n_features, bool)
-    ):
-        raise ValueError(f"'n_features' must be a positive integer or null; got {n_features!r}.")
     if names is not None:
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise ValueError("'feature_names' must be a list of strings or null.")
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise ValueError("'feature_names' must be a non-empty list of strings or null.")
+        if len(set(names)) != len(names):
+            raise ValueError("'feature_names' has repeated names.")
         if n_features is not None and len(names) != n_features:
             raise ValueError(
                 f"'feature_names' has {len(names)} names but 'n_features' is {n_features}."
@@ -725,46 +1020,133 @@ def _from_json_dict(data: Any) -> Any:
         raise ValueError(
             f"the tree splits on feature {max_feature} but there are only {n_features} features."
         )
+    return names, n_features
 
-    for key in ("objective", "lower_bound", "gap"):
-        value = data.get(key)
-        if value is not None and not _is_number(value):
-            raise ValueError(f"{key!r} must be a number or null; got {value!r}.")
-    status = data.get("status")
-    if status is not None and not isinstance(status, str):
-        raise ValueError(f"'status' must be a string or null; got {status!r}.")
-    n_iter = data.get("n_iter")
-    if n_iter is not None and (not isinstance(n_iter, Integral) or isinstance(n_iter, bool)):
-        raise ValueError(f"'n_iter' must be an integer or null; got {n_iter!r}.")
-    params = data.get("params")
+
+def _parse_classes(classes: Any, tree: Tree, kind: str) -> list[Any] | None:
+    if tree.task == "regression":
+        if classes is not None:
+            raise ValueError("'classes' must be null for a regression tree.")
+        return None
+    if classes is None and kind == "tree":  # a bare tree knows its classes by index only
+        return None
+    n_classes = tree.value.shape[1]
+    if not isinstance(classes, list) or len(classes) != n_classes:
+        raise ValueError(
+            f"'classes' must be a list of {n_classes} labels (one per column of the tree's "
+            "value)."
+        )
+    # Labels of one kind, as np.unique gives them at fit time: mixing would turn the
+    # numbers into strings once the labels become an array.
+    if not (
+        all(isinstance(c, str) for c in classes)
+        or all(_is_number(c) for c in classes)
+        or all(isinstance(c, bool) for c in classes)
+    ):
+        raise ValueError("'classes' must hold only strings, only numbers or only booleans.")
+    if len({json.dumps(c) for c in classes}) != len(classes):
+        raise ValueError("'classes' has repeated labels.")
+    return classes
+
+
+def _parse_params(params: Any, kind: str) -> dict[str, Any]:
     if params is None:
-        params = {}
+        return {}
     if not isinstance(params, dict):
         raise ValueError("'params' must be an object or null.")
+    if kind == "result" and "depth" in params:
+        depth = params["depth"]
+        if not (_is_int(depth) and depth >= 1):
+            raise ValueError(f"'params' depth must be a positive integer; got {depth!r}.")
+    return params
 
-    cls = OptimalTreeClassifier if task == "classification" else OptimalTreeRegressor
-    known = {k: v for k, v in params.items() if k in cls().get_params()}
-    if "max_depth" not in known:
-        known["max_depth"] = max(tree.max_depth, 1)
-    est = cls(**known)
-    est._validate_params()
 
-    est.tree_ = tree
-    if n_features is not None:
-        est.n_features_in_ = int(n_features)
-    if names is not None:
-        est.feature_names_in_ = np.asarray(names, dtype=object)
-    if task == "classification":
-        est.classes_ = np.asarray(classes)
-        est.n_classes_ = len(classes)
-        est.n_outputs_ = 1
-    else:
-        est.n_outputs_ = int(tree.value.shape[1])
-    nan = math.nan
-    est.objective_ = nan if data.get("objective") is None else float(data["objective"])
-    est.lower_bound_ = nan if data.get("lower_bound") is None else float(data["lower_bound"])
-    est.gap_ = nan if data.get("gap") is None else float(data["gap"])
-    est.status_ = "unknown" if status is None else status
-    est.n_iter_ = 0 if n_iter is None else int(n_iter)
-    est.solve_stats_ = {}
-    return est
+# -- the 'tree' object: every field type-checked before numpy sees it (numpy would read
+# "1.5" or true as a number) ---------------------------------------------------------
+
+
+def _malformed(message: str) -> ValueError:
+    return ValueError(f"Malformed tree description: {message}")
+
+
+def _tree_from_json(obj: Any, task: str) -> Tree:
+    if not isinstance(obj, dict):
+        raise ValueError("missing or malformed 'tree' object.")
+    n = _node_count(obj)
+    tree = Tree(
+        children_left=_index_array(obj, "children_left", n),
+        children_right=_index_array(obj, "children_right", n),
+        feature=_index_array(obj, "feature", n),
+        threshold=_number_array(obj, "threshold", n, nulls=True),
+        value=_value_array(obj, n),
+        weighted_n_node_samples=_number_array(obj, "weighted_n_node_samples", n, nulls=False),
+        task=obj.get("task"),
+    )
+    tree.check()
+    if tree.task != task:
+        raise ValueError(f"the tree's task {tree.task!r} differs from the file's {task!r}.")
+    if np.any(tree.weighted_n_node_samples < 0):
+        raise ValueError("weighted_n_node_samples must be finite and non-negative.")
+    if tree.max_depth > MAX_TREE_DEPTH:
+        raise ValueError(
+            f"the tree is {tree.max_depth} levels deep; tree files are limited to "
+            f"{MAX_TREE_DEPTH}."
+        )
+    return tree
+
+
+def _node_count(obj: dict[str, Any]) -> int:
+    nodes = obj.get("children_left")
+    if not isinstance(nodes, list) or not nodes:
+        raise _malformed("'children_left' must be a non-empty list (one entry per node).")
+    if len(nodes) > MAX_NODES:
+        raise ValueError(
+            f"the tree has {len(nodes)} nodes; tree files are limited to {MAX_NODES}."
+        )
+    return len(nodes)
+
+
+def _index_array(obj: dict[str, Any], name: str, n: int) -> np.ndarray:
+    values = obj.get(name)
+    if (
+        not isinstance(values, list)
+        or len(values) != n
+        or not all(_is_int(v) and -(2**31) <= v < 2**31 for v in values)
+    ):
+        raise _malformed(f"{name!r} must be a list of {n} integer indices (one per node).")
+    return np.asarray(values, dtype=np.int32)
+
+
+def _number_array(obj: dict[str, Any], name: str, n: int, *, nulls: bool) -> np.ndarray:
+    values = obj.get(name)
+    allowed = (int, float, type(None)) if nulls else (int, float)
+    what = "numbers or nulls" if nulls else "numbers"
+    if not isinstance(values, list) or len(values) != n or not all(
+        type(v) in allowed for v in values
+    ):
+        raise _malformed(f"{name!r} must be a list of {n} {what} (one per node).")
+    return _finite_floats([math.nan if v is None else v for v in values], name)
+
+
+def _value_array(obj: dict[str, Any], n: int) -> np.ndarray:
+    rows = obj.get("value")
+    width = len(rows[0]) if isinstance(rows, list) and rows and isinstance(rows[0], list) else 0
+    if (
+        not isinstance(rows, list)
+        or len(rows) != n
+        or width == 0
+        or not all(isinstance(row, list) and len(row) == width for row in rows)
+        or not all(_is_number(v) for row in rows for v in row)
+    ):
+        raise _malformed(
+            f"'value' must be a list of {n} rows (one per node) of the same positive "
+            "number of numbers."
+        )
+    return _finite_floats(rows, "value")
+
+
+def _finite_floats(values: list[Any], name: str) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except OverflowError:  # an integer beyond the float range
+        raise _malformed(f"{name!r} holds a number too large for a float.") from None

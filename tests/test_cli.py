@@ -2,6 +2,7 @@
 
 import csv
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -183,3 +184,243 @@ def test_predict_requires_the_trees_columns(tmp_path, iris_csv, capsys):
     assert main(["predict", out, other]) == 2
     err = capsys.readouterr().err
     assert "petal_length" in err and err.count("\n") == 1
+
+
+# -- predict: columns of a tree without feature names ------------------------------------
+
+
+def predictions(path):
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == ["prediction"]
+    return [row[0] for row in rows[1:]]
+
+
+@pytest.fixture
+def unnamed_tree(tmp_path):
+    """A tree fitted on an array (no feature names) whose label is feature 0's sign."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 2))
+    y = (X[:, 0] > 0).astype(int)
+    clf = OptimalTreeClassifier(max_depth=1).fit(X, y)
+    path = str(tmp_path / "unnamed.json")
+    qbnb_jax.save_tree(clf, path)
+    return path, X, clf
+
+
+def test_predict_refuses_columns_it_cannot_match_to_an_unnamed_tree(
+    tmp_path, unnamed_tree, capsys
+):
+    tree, X, clf = unnamed_tree
+    swapped = write_csv(tmp_path / "swapped.csv", ["b", "a"], X[:, ::-1].tolist())
+    assert main(["predict", tree, swapped]) == 2  # was exit 0 with half the labels wrong
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "stores no feature names" in err and "--by-position" in err
+
+    in_order = write_csv(tmp_path / "in_order.csv", ["a", "b"], X.tolist())
+    assert main(["predict", tree, in_order]) == 2
+    assert "--by-position" in capsys.readouterr().err
+    out = str(tmp_path / "pred.csv")
+    assert main(["predict", tree, in_order, "--by-position", "-o", out]) == 0
+    assert predictions(out) == [str(v) for v in clf.predict(X)]
+
+
+@pytest.mark.parametrize(
+    "header, needle",
+    [
+        (["x1", "x0"], "column 1 is 'x1'"),
+        (["feature_1", "feature_0"], "another order"),
+        (["1", "0"], "another order"),
+    ],
+)
+def test_generated_names_in_another_order_are_refused(
+    tmp_path, unnamed_tree, header, needle, capsys
+):
+    tree, X, _ = unnamed_tree
+    path = write_csv(tmp_path / "data.csv", header, X.tolist())
+    for extra in ([], ["--by-position"]):
+        assert main(["predict", tree, path, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err, (extra, err)
+
+
+def test_by_position_needs_exactly_the_trees_feature_count(tmp_path, unnamed_tree, capsys):
+    tree, X, clf = unnamed_tree
+    with_target = write_csv(
+        tmp_path / "with_target.csv", ["a", "b", "y"], np.column_stack([X, clf.predict(X)]).tolist()
+    )
+    for extra in ([], ["--by-position"]):
+        assert main(["predict", tree, with_target, *extra]) == 2
+        err = capsys.readouterr().err
+        assert "has 3 columns but the tree" in err and "expects 2 features" in err
+    ordered = write_csv(tmp_path / "ordered.csv", ["feature_0", "feature_1"], X.tolist())
+    out = str(tmp_path / "pred.csv")
+    assert main(["predict", tree, ordered, "--by-position", "-o", out]) == 0
+    assert predictions(out) == [str(v) for v in clf.predict(X)]
+
+
+def test_by_position_with_a_named_tree(tmp_path, iris_csv, iris_data, capsys):
+    X, _ = iris_data
+    tree = str(tmp_path / "tree.json")
+    assert main(["fit", iris_csv, "--target", "species", "--depth", "1", "-q", "-o", tree]) == 0
+    renamed = write_csv(tmp_path / "renamed.csv", ["p", "q", "r", "s"], X.tolist())
+    out = str(tmp_path / "pred.csv")
+    assert main(["predict", tree, renamed, "--by-position", "-o", out]) == 0
+    by_name = str(tmp_path / "by_name.csv")
+    assert main(["predict", tree, iris_csv, "-o", by_name]) == 0
+    assert predictions(out) == predictions(by_name)
+    reordered = write_csv(tmp_path / "reordered.csv", FEATURES[::-1], X[:, ::-1].tolist())
+    capsys.readouterr()
+    assert main(["predict", tree, reordered, "--by-position"]) == 2
+    assert "another order" in capsys.readouterr().err
+
+
+def test_predict_with_a_saved_result_or_bare_tree(tmp_path, unnamed_tree):
+    _, X, _ = unnamed_tree
+    data = write_csv(tmp_path / "data.csv", ["a", "b"], X.tolist())
+    y = np.where(X[:, 1] > 0, 2.5, -1.0)
+    result = qbnb_jax.solve(X, y, task="regression", depth=1)
+    for name, obj in (("result.json", result), ("bare.json", result.tree)):
+        path = str(tmp_path / name)
+        qbnb_jax.save_tree(obj, path)
+        out = str(tmp_path / f"{name}.csv")
+        assert main(["predict", path, data, "--by-position", "-o", out]) == 0
+        assert predictions(out) == [str(v) for v in result.tree.predict(X)[:, 0]]
+
+
+def test_predict_help_documents_matching(capsys):
+    assert main(["predict", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--by-position" in help_text and "stores no names" in help_text
+    assert "in another order is refused" in help_text
+
+
+# -- output paths --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_solve(monkeypatch):
+    """Fail the test if the command gets as far as solving."""
+
+    def solve(*args, **kwargs):
+        raise AssertionError("the command solved before checking its output path")
+
+    monkeypatch.setattr(qbnb_jax, "solve", solve)
+
+
+def test_output_is_never_an_input(tmp_path, iris_csv, capsys, monkeypatch):
+    tree = str(tmp_path / "tree.json")
+    assert main(["fit", iris_csv, "--target", "species", "--depth", "1", "-q", "-o", tree]) == 0
+    with open(iris_csv) as fh:
+        data_text = fh.read()
+    with open(tree) as fh:
+        tree_text = fh.read()
+    monkeypatch.chdir(tmp_path)
+    cases = [
+        ["fit", iris_csv, "--target", "species", "-o", iris_csv],
+        ["fit", iris_csv, "--target", "species", "-o", "./iris.csv"],  # the same file
+        ["predict", tree, iris_csv, "-o", tree],
+        ["predict", tree, iris_csv, "-o", iris_csv],
+        ["export", tree, "-o", "tree.json"],
+    ]
+    for argv in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is the input file" in err, (argv, err)
+    with open(iris_csv) as fh:
+        assert fh.read() == data_text
+    with open(tree) as fh:
+        assert fh.read() == tree_text
+
+
+def test_unwritable_output_is_reported_before_solving(tmp_path, iris_csv, no_solve, capsys):
+    cases = {
+        str(tmp_path / "missing" / "tree.json"): "does not exist",
+        str(tmp_path): "is a directory",
+    }
+    for output, needle in cases.items():
+        assert main(["fit", iris_csv, "--target", "species", "-q", "-o", output]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err, err
+
+
+def test_fit_output_replaces_an_existing_file(tmp_path, iris_csv):
+    tree = tmp_path / "tree.json"
+    tree.write_text("x" * 100_000)  # longer than the tree: must not leave a tail
+    argv = ["fit", iris_csv, "--target", "species", "--depth", "1", "-q", "-o", str(tree)]
+    assert main(argv) == 0
+    assert json.loads(tree.read_text())["format"] == "qbnb_jax.tree"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iris.csv", "tree.json"]
+
+
+# -- tree files past the limits: exit 2 and one line, never a traceback --------------------
+
+
+def test_export_deep_files(tmp_path, capsys):
+    from test_export import chain_file
+
+    from qbnb_jax._export import MAX_TREE_DEPTH
+
+    nested = tmp_path / "nested.json"
+    nested.write_text("[" * 100_000 + "]" * 100_000)
+    too_deep = chain_file(tmp_path / "too_deep.json", MAX_TREE_DEPTH + 1)
+    for path, needle in ((nested, "nested more than"), (too_deep, "levels deep")):
+        for command in (["export", str(path)], ["export", str(path), "--format", "dot"]):
+            assert main(command) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and needle in err and str(path) in err, err
+
+    chain = str(chain_file(tmp_path / "chain.json", 2500))  # 5,001 nodes
+    assert main(["export", chain]) == 0
+    assert "truncated branch of depth 2490" in capsys.readouterr().out
+    assert main(["export", chain, "--format", "dot"]) == 0
+    assert capsys.readouterr().out.count(" -> ") == 5000
+
+
+# -- start-up: --help and usage errors stay light ------------------------------------------
+
+ISOLATED_CLI = r"""
+import sys, types
+package = types.ModuleType("qbnb_jax")  # the package without running its __init__
+package.__path__ = [sys.argv[1]]
+sys.modules["qbnb_jax"] = package
+from qbnb_jax._cli import main
+codes = [main(["--help"]), main(["fit", "data.csv"]), main(["predict", "--by-position"])]
+print(codes, sorted(m for m in ("numpy", "sklearn", "jax") if m in sys.modules))
+"""
+
+
+def test_cli_module_answers_help_and_usage_errors_without_heavy_imports():
+    """What the CLI module itself imports (qbnb_jax/__init__.py imports JAX on its own)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", ISOLATED_CLI, str(pathlib.Path(qbnb_jax.__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.stdout.splitlines()[-1] == "[0, 2, 2] []", proc.stdout + proc.stderr
+
+
+def test_bound_choices_match_the_estimators():
+    from qbnb_jax._cli import BOUNDS
+    from qbnb_jax._estimator import BOUNDS as ESTIMATOR_BOUNDS
+
+    assert BOUNDS == ESTIMATOR_BOUNDS
+
+
+HELP_IMPORTS = r"""
+import runpy, sys
+sys.argv = ["qbnb", "--help"]
+try:
+    runpy.run_module("qbnb_jax", run_name="__main__")
+except SystemExit:
+    pass
+print(sorted(m for m in ("sklearn", "jax") if m in sys.modules))
+"""
+
+
+def test_qbnb_help_imports_neither_jax_nor_sklearn():
+    proc = subprocess.run(
+        [sys.executable, "-c", HELP_IMPORTS], capture_output=True, text=True, timeout=120
+    )
+    assert proc.stdout.splitlines()[-1] == "[]", proc.stdout + proc.stderr

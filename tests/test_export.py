@@ -1,6 +1,7 @@
 """Exporters: text and DOT diffed against scikit-learn on the same tree, plots, JSON."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from sklearn.tree import (
 from qbnb_jax import (
     OptimalTreeClassifier,
     OptimalTreeRegressor,
+    SolveResult,
     Tree,
     export_graphviz,
     export_text,
@@ -181,11 +183,69 @@ def test_json_round_trip_regressor_and_result(tmp_path):
     np.testing.assert_array_equal(loaded.predict(X), reg.predict(X))
     assert loaded.objective_ == reg.objective_
 
-    result = solve(X, Y[:, 0], task="regression", depth=1)
+
+
+def test_load_returns_the_kind_that_was_saved(iris, tmp_path):
+    X, y = iris
+    labels = np.array(["setosa", "versicolor", "virginica"], dtype=object)[y]
+    result = solve(X, labels, task="classification", depth=1)
     save_tree(result, tmp_path / "result.json")
     loaded = load_tree(tmp_path / "result.json")
-    assert loaded.objective_ == result.objective
+    assert isinstance(loaded, SolveResult)
+    assert (loaded.objective, loaded.lower_bound, loaded.gap, loaded.status) == (
+        result.objective,
+        result.lower_bound,
+        result.gap,
+        result.status,
+    )
+    assert (loaded.task, loaded.depth, loaded.n_features) == ("classification", 1, 4)
+    assert loaded.stats == {"iterations": result.stats["iterations"]}
+    assert list(loaded.classes) == list(result.classes)
+    np.testing.assert_array_equal(loaded.tree.predict(X), result.tree.predict(X))
+    assert export_text(loaded) == export_text(result)
+
+    save_tree(result.tree, tmp_path / "tree.json")
+    bare = load_tree(tmp_path / "tree.json")
+    assert isinstance(bare, Tree)
+    np.testing.assert_array_equal(bare.value, result.tree.value)
+    assert export_text(bare) == export_text(result.tree)
+
+
+def test_files_without_a_kind_load_as_estimators(tmp_path):
+    """Files written before "kind" existed were all read back as estimators."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    y = X[:, 0] + X[:, 2]
+    result = solve(X, y, task="regression", depth=1)
+    path = tmp_path / "old.json"
+    save_tree(result, path)
+    data = json.loads(path.read_text())
+    del data["kind"]
+    data["params"] = None  # as the first format wrote results
+    path.write_text(json.dumps(data))
+    loaded = load_tree(path)
+    assert isinstance(loaded, OptimalTreeRegressor)
+    assert loaded.objective_ == result.objective and loaded.max_depth == 1
     np.testing.assert_array_equal(loaded.predict(X), result.tree.predict(X)[:, 0])
+
+
+def test_saving_a_loaded_estimator_without_objective_round_trips(tmp_path):
+    """NaN (no stored objective) and time_limit=inf have no JSON spelling: saved as null."""
+    path, data = _valid_file(tmp_path)
+    data["objective"] = None
+    path.write_text(json.dumps(data))
+    loaded = load_tree(path)
+    assert math.isnan(loaded.objective_)
+    loaded.set_params(time_limit=float("inf"))
+    save_tree(loaded, tmp_path / "again.json")
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["objective"] is None and again["params"]["time_limit"] is None
+    assert math.isnan(load_tree(tmp_path / "again.json").objective_)
+
+
+def _tree(data, **fields):
+    """`data` with some fields of its 'tree' object replaced."""
+    return {**data, "tree": {**data["tree"], **fields}}
 
 
 def _valid_file(tmp_path):
@@ -213,6 +273,29 @@ def _valid_file(tmp_path):
         (lambda d: {**d, "feature_names": ["a", "b", "c"]}, "'feature_names'"),
         (lambda d: {**d, "objective": "low"}, "'objective'"),
         (lambda d: {**d, "params": {"max_depth": 0}}, "'max_depth'"),
+        # JSON's non-standard constants and numbers beyond the float range
+        (lambda d: {**d, "objective": float("nan")}, "NaN is not allowed"),
+        (lambda d: {**d, "lower_bound": float("inf")}, "Infinity is not allowed"),
+        (lambda d: {**d, "gap": -float("inf")}, "-Infinity is not allowed"),
+        (lambda d: json.dumps({**d, "gap": 0.125}).replace("0.125", "1e400"), "out of range"),
+        (lambda d: {**d, "objective": 10**400}, "'objective'"),
+        # every field's type, where numpy or Python would have converted
+        (lambda d: _tree(d, threshold=["1.5", None, None]), "'threshold'"),
+        (lambda d: _tree(d, threshold=[True, None, None]), "'threshold'"),
+        (lambda d: _tree(d, children_left=[True, -1, -1]), "'children_left'"),
+        (lambda d: _tree(d, feature=[0.0, -1, -1]), "'feature'"),
+        (lambda d: _tree(d, value=[["5", 5], [5, 0], [0, 5]]), "'value'"),
+        (lambda d: _tree(d, value=[[5, 5], [5], [0, 5]]), "'value'"),
+        (lambda d: _tree(d, weighted_n_node_samples=[10, None, 5]), "'weighted_n_node_samples'"),
+        (lambda d: _tree(d, task=["classification"]), "task"),
+        (lambda d: {**d, "version": True}, "unsupported file version"),
+        (lambda d: {**d, "kind": "model"}, "'kind'"),
+        (lambda d: {**d, "n_iter": -1}, "'n_iter'"),
+        (lambda d: {**d, "n_iter": "3"}, "'n_iter'"),
+        (lambda d: {**d, "status": 5}, "'status'"),
+        (lambda d: {**d, "classes": ["a", 1]}, "'classes'"),
+        (lambda d: {**d, "n_features": True}, "'n_features'"),
+        (lambda d: {**d, "feature_names": ["a", "a"]}, "repeated"),
     ],
 )
 def test_load_rejects_malformed_files(tmp_path, mutate, match):
@@ -223,3 +306,113 @@ def test_load_rejects_malformed_files(tmp_path, mutate, match):
     with pytest.raises(ValueError, match=match) as info:
         load_tree(path)
     assert str(path) in str(info.value)
+
+
+def test_write_text_file_replaces_whole_and_keeps_the_mode(tmp_path):
+    from qbnb_jax._export import write_text_file
+
+    path = tmp_path / "out.txt"
+    path.write_text("old contents, longer than the new ones\n")
+    path.chmod(0o640)
+    write_text_file(path, "new\n")
+    assert path.read_text() == "new\n"
+    assert path.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]  # no temporary left
+
+
+# -- limits: nesting, depth and size -----------------------------------------------------
+
+
+def chain_file(path, n_splits):
+    """A tree file whose tree is a chain of `n_splits` splits, each with a leaf on the left."""
+    n = 2 * n_splits + 1
+    internal = [i % 2 == 0 and i < 2 * n_splits for i in range(n)]
+    left = [i + 1 if k else -1 for i, k in enumerate(internal)]
+    right = [i + 2 if k else -1 for i, k in enumerate(internal)]
+    data = {
+        "format": "qbnb_jax.tree",
+        "version": 1,
+        "task": "classification",
+        "classes": [0, 1],
+        "n_features": 1,
+        "tree": {
+            "task": "classification",
+            "children_left": left,
+            "children_right": right,
+            "feature": [0 if k else -1 for k in internal],
+            "threshold": [float(i) if k else None for i, k in enumerate(internal)],
+            "value": [[1, 1] for _ in range(n)],
+            "weighted_n_node_samples": [2] * n,
+        },
+    }
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_deep_trees_load_and_export_without_recursion(tmp_path):
+    clf = load_tree(chain_file(tmp_path / "chain.json", 2500))  # 5,001 nodes
+    assert clf.tree_.n_nodes == 5001 and clf.tree_.max_depth == 2500
+    text = export_text(clf)  # depth 10 shown, then the depth of the rest
+    assert text.endswith(f"truncated branch of depth {2500 - 10}\n")
+    dot = export_graphviz(clf)
+    assert dot.count(" -> ") == 5000 and dot.endswith("}")
+
+
+def test_plot_tree_lays_out_deep_trees(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    clf = load_tree(chain_file(tmp_path / "chain.json", 1100))  # deeper than the stack limit
+    fig, ax = plt.subplots()
+    artists = plot_tree(clf, ax=ax)
+    assert len(artists) == clf.tree_.n_nodes
+    plt.close(fig)
+
+
+def test_export_refuses_a_cyclic_tree_instead_of_looping():
+    loop = Tree(
+        children_left=np.array([0, -1], dtype=np.int32),
+        children_right=np.array([1, -1], dtype=np.int32),
+        feature=np.array([0, -1], dtype=np.int32),
+        threshold=np.array([0.5, np.nan]),
+        value=np.ones((2, 2)),
+        weighted_n_node_samples=np.full(2, 2.0),
+        task="classification",
+    )
+    for export in (export_text, export_graphviz):
+        with pytest.raises(ValueError, match="Malformed tree"):
+            export(loop)
+
+
+def test_load_refuses_deep_nesting(tmp_path):
+    from qbnb_jax._export import MAX_JSON_NESTING
+
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match=f"nested more than {MAX_JSON_NESTING} levels") as info:
+        load_tree(path)
+    assert str(path) in str(info.value)
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path):
+    path, data = _valid_file(tmp_path)
+    names = ["[" * 100 + '\\"{', '"]]' + "{" * 100]
+    path.write_text(json.dumps({**data, "feature_names": names}))
+    assert list(load_tree(path).feature_names_in_) == names
+
+
+def test_load_refuses_trees_past_the_limits(tmp_path, monkeypatch):
+    from qbnb_jax import _export
+
+    too_deep = chain_file(tmp_path / "deep.json", _export.MAX_TREE_DEPTH + 1)
+    with pytest.raises(ValueError, match=f"limited to {_export.MAX_TREE_DEPTH}"):
+        load_tree(too_deep)
+
+    path, _ = _valid_file(tmp_path)  # 3 nodes, a few hundred bytes
+    monkeypatch.setattr(_export, "MAX_NODES", 2)
+    with pytest.raises(ValueError, match="3 nodes; tree files are limited to 2"):
+        load_tree(path)
+    monkeypatch.setattr(_export, "MAX_FILE_BYTES", 100)
+    with pytest.raises(ValueError, match="larger than the 100 bytes"):
+        load_tree(path)
