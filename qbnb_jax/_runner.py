@@ -104,6 +104,13 @@ class Counters:
     # Rows x cuts x samples swept (padding included): deterministic, unlike timings,
     # so a change's effect on the work can be read without benchmark noise.
     cut_elements: int = 0
+    # Kernel calls, and the seconds spent from issuing each until its results were on
+    # the host (summed over the threads that issue them); the rest of a solve's time
+    # is host work. Bytes of row arguments sent and of results read back.
+    device_calls: int = 0
+    device_seconds: float = 0.0
+    bytes_to_device: int = 0
+    bytes_from_device: int = 0
 
     def add(self, **counts) -> None:
         """Add to the counters; safe from several threads (a batch's halves)."""
@@ -204,6 +211,11 @@ class KernelRunner:
             self._placed = placed
         return placed[1]
 
+    def _account_call(self, start: float, args: tuple, results: tuple) -> None:
+        self.counters.add(device_calls=1, device_seconds=time.perf_counter() - start,
+                          bytes_to_device=sum(np.asarray(a).nbytes for a in args),
+                          bytes_from_device=sum(r.nbytes for r in results))
+
     def _chunk(self, cuts: int, length: int, rows: int) -> int:
         per_row = cuts * (length + 1) * int(self.data.sorted_scan.shape[-1])
         if self.data.plan == "parallel":
@@ -250,9 +262,12 @@ class KernelRunner:
 
             def run_chunk(r0: int, exe=exe, padded=padded, c0=c0, width=width) -> None:
                 r1 = min(rows, r0 + chunk)
-                pre, suf = exe(data, *place(tuple(a[r0 : r0 + chunk] for a in padded)))
-                out_pre[r0:r1, c0 : c0 + width] = np.asarray(pre)[: r1 - r0, :width]
-                out_suf[r0:r1, c0 : c0 + width] = np.asarray(suf)[: r1 - r0, :width]
+                args = tuple(a[r0 : r0 + chunk] for a in padded)
+                start = time.perf_counter()
+                pre, suf = (np.asarray(a) for a in exe(data, *place(args)))
+                self._account_call(start, args, (pre, suf))
+                out_pre[r0:r1, c0 : c0 + width] = pre[: r1 - r0, :width]
+                out_suf[r0:r1, c0 : c0 + width] = suf[: r1 - r0, :width]
 
             # One cache-sized call per chunk of rows. An XLA CPU call runs on one core
             # and releases the GIL, so calls from a few threads use the other cores.
@@ -368,10 +383,13 @@ class KernelRunner:
                 * lanes + plan.lane[:, None])
 
         def run_block(b: int) -> None:
-            pre, suf = exe(data, plan.first[b], slot_f0, plan.feature, place(lane_cuts[b], 2))
+            args = (plan.first[b], slot_f0, plan.feature, lane_cuts[b])
+            start = time.perf_counter()
+            pre, suf = (np.asarray(a) for a in exe(data, *args[:3], place(lane_cuts[b], 2)))
+            self._account_call(start, args, (pre, suf))
             mine = np.nonzero(plan.block == b)[0]
-            out_pre[mine] = np.take(np.asarray(pre).reshape(-1), flat[mine])
-            out_suf[mine] = np.take(np.asarray(suf).reshape(-1), flat[mine])
+            out_pre[mine] = np.take(pre.reshape(-1), flat[mine])
+            out_suf[mine] = np.take(suf.reshape(-1), flat[mine])
 
         blocks = len(lane_cuts)
         run_all(run_block, range(blocks))

@@ -1,0 +1,76 @@
+"""The two execution plans (docs/design.md, "Execution plans") give the same trees.
+
+The parallel plan is what an accelerator runs; forcing it here (QBNB_JAX_PLAN) tests
+its kernels on a CPU. Integer objectives must be equal, regression ones equal to
+rounding, and the trees the same.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qbnb_jax
+from qbnb_jax._kernels import execution_plan
+
+
+def problem(seed: int, task: str, n: int = 40, p: int = 3):
+    rng = np.random.default_rng(seed)
+    X = np.round(rng.normal(size=(n, p)), 1)
+    if task == "classification":
+        y = (X[:, 0] + rng.normal(size=n) > 0).astype(int) + (X[:, 1] > 0.5)
+    else:
+        y = X[:, 0] * 2 + np.abs(X[:, 1]) + rng.normal(size=n) * 0.3
+    return X, y
+
+
+def solve_with(monkeypatch, plan: str, *args, **kwargs):
+    monkeypatch.setenv("QBNB_JAX_PLAN", plan)
+    return qbnb_jax.solve(*args, **kwargs)
+
+
+def assert_same_result(a, b, task: str):
+    if task == "classification":
+        assert a.objective == b.objective
+    else:
+        assert a.objective == pytest.approx(b.objective, rel=1e-9, abs=1e-12)
+    np.testing.assert_array_equal(a.tree.feature, b.tree.feature)
+    np.testing.assert_array_equal(a.tree.threshold, b.tree.threshold)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_parallel_plan_equals_sequential(monkeypatch, task, depth, seed):
+    X, y = problem(seed, task)
+    want = solve_with(monkeypatch, "sequential", X, y, task=task, depth=depth)
+    got = solve_with(monkeypatch, "parallel", X, y, task=task, depth=depth)
+    assert_same_result(got, want, task)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_parallel_plan_batches_equal_sequential(monkeypatch, task):
+    X, y = problem(3, task, n=30)
+    W = np.random.default_rng(4).multinomial(30, np.full(30, 1 / 30), size=40)
+    monkeypatch.setenv("QBNB_JAX_PLAN", "sequential")
+    want = qbnb_jax.solve_batch(X, y, W, task=task)
+    monkeypatch.setenv("QBNB_JAX_PLAN", "parallel")
+    got = qbnb_jax.solve_batch(X, y, W, task=task)
+    for a, b in zip(got, want):
+        assert_same_result(a, b, task)
+
+
+def test_plan_names_are_checked(monkeypatch):
+    monkeypatch.setenv("QBNB_JAX_PLAN", "gpu")
+    with pytest.raises(ValueError, match="QBNB_JAX_PLAN"):
+        execution_plan()
+    monkeypatch.delenv("QBNB_JAX_PLAN")
+    assert execution_plan() == "sequential"  # the test machine is a CPU
+
+
+def test_stats_count_device_calls_and_traffic():
+    X, y = problem(5, "classification", n=200, p=4)
+    stats = qbnb_jax.solve(X, y, task="classification", depth=2).stats
+    assert stats["device_calls"] >= 1
+    assert stats["bytes_to_device"] > 0 and stats["bytes_from_device"] > 0
+    assert 0.0 <= stats["device_seconds"]
