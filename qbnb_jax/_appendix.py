@@ -30,26 +30,92 @@ the README compares the two.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import numpy as np
 
+from ._data import Problem
 from ._deep import size_batches
 from ._host import best_stump, position_threshold
 from ._runner import KernelRunner
-from ._search import RTOL, Search
+from ._search import Search, depth2_splits
+from ._state import RTOL, SearchOptions
 
 LEFT, RIGHT = 0, 1
 ENTRY_BLOCK_ELEMENTS = 1 << 21  # entries x pieces x sub-pieces x p pruned at once
 
 
-def cut_points(a: np.ndarray, b: np.ndarray, s: int):
+class Cuts(NamedTuple):
+    """Cuts of N closed intervals and the pieces between them (`cut_points`)."""
+
+    cuts: np.ndarray  # (N, s + 1) threshold indices, padded by repeating the last
+    count: np.ndarray  # (N,) cuts per interval
+    piece_lo: np.ndarray  # (N, s + 1) index into `cuts` of each piece's first cut
+    piece_hi: np.ndarray  # (N, s + 1) of its last cut
+    piece_valid: np.ndarray  # (N, s + 1) bool: whether the piece exists
+
+
+class RootTuples(NamedTuple):
+    """The root intervals of the frontier, R of them."""
+
+    root: np.ndarray  # (R,) int64: f0
+    lo: np.ndarray  # (R,) int64: the closed interval [lo, hi] of root thresholds
+    hi: np.ndarray  # (R,) int64
+    lower_bound: np.ndarray  # (R,) float64: of every tree in the tuple
+
+
+class Entries(NamedTuple):
+    """Depth-2 entries of the tuples' `Phi_L` and `Phi_R`, E of them, grouped by tuple."""
+
+    tuple: np.ndarray  # (E,) int64: index of the entry's root tuple
+    side: np.ndarray  # (E,) LEFT or RIGHT
+    feature: np.ndarray  # (E,) int64: f1, the entry's split feature
+    lo: np.ndarray  # (E,) int64: the closed interval [lo, hi] of f1's thresholds
+    hi: np.ndarray  # (E,) int64
+    left_features: np.ndarray  # (E, p) bool: F_a
+    right_features: np.ndarray  # (E, p) bool: F_b
+
+
+class PairSweeps(NamedTuple):
+    """Each entry swept on its side of each root cut of its tuple: X (entry, root cut)
+    pairs, each a sample set."""
+
+    entry: np.ndarray  # (X,) int64: the pair's entry
+    root_cut: np.ndarray  # (X,) int64: index of its root cut among the tuple's cuts
+    pair_of: np.ndarray  # (E, s + 1) int64: pair of (entry, root cut); -1: none
+    # (X, s + 1, p): best stump on f of the pair's set left of its entry's k-th cut
+    # (inf where f is not in F_a), `suffix` right of it (inf where f is not in F_b)
+    prefix: np.ndarray
+    suffix: np.ndarray
+
+
+class SideValues(NamedTuple):
+    """Step 1's values per pair and per (tuple, root cut, side)."""
+
+    tree: np.ndarray  # (X,) V(set, entry): the best tree at the entry's cuts
+    tree_cut: np.ndarray  # (X,) int64: the entry cut achieving it
+    group: np.ndarray  # (X,) int64: the pair's (tuple, root cut, side), flattened
+    best: np.ndarray  # (R, s + 1, 2) least V over the entries of each side
+    w0: np.ndarray  # (R, s + 1, 2) least W0 of a whole entry of each side
+
+
+class KeptPieces(NamedTuple):
+    """Entry sub-pieces that survive per root piece (`prune_entries`), Y of them."""
+
+    entry: np.ndarray  # (Y,) int64
+    root_piece: np.ndarray  # (Y,) int64
+    entry_piece: np.ndarray  # (Y,) int64
+    left_features: np.ndarray  # (Y, p) bool: F_a of the sub-piece
+    right_features: np.ndarray  # (Y, p) bool: F_b
+    w0: np.ndarray  # (Y,) the sub-piece's W0 over its kept features
+
+
+def cut_points(a: np.ndarray, b: np.ndarray, s: int) -> Cuts:
     """Cuts of closed intervals [a, b] and the pieces between them.
 
-    Returns `(cuts, count, piece_lo, piece_hi, piece_valid)`: `cuts (N, s+1)` (padded
-    by repeating the last), `count (N,)`, and per piece the indices of its two end
-    cuts in `cuts` and whether it exists. An interval wider than s gets s + 1 almost
-    equi-spaced cuts and s closed pieces between them (each narrower than the
-    interval); a narrower one is cut at every threshold into singleton pieces.
+    An interval wider than s gets s + 1 almost equi-spaced cuts and s closed pieces
+    between them (each narrower than the interval); a narrower one is cut at every
+    threshold into singleton pieces.
     """
     width = b - a
     j = np.arange(s + 1)
@@ -60,14 +126,14 @@ def cut_points(a: np.ndarray, b: np.ndarray, s: int):
     piece_lo = np.broadcast_to(j, cuts.shape)
     piece_hi = np.where(small, j, np.minimum(j + 1, s))
     piece_valid = np.where(small, j < count[:, None], j < s)
-    return cuts, count, piece_lo, piece_hi, piece_valid
+    return Cuts(cuts, count, piece_lo, piece_hi, piece_valid)
 
 
 class AppendixSearch(Search):
     """Exact depth-3 search by the appendix algorithm (single problem)."""
 
-    def __init__(self, problem, **kwargs):
-        super().__init__(problem, **kwargs)
+    def __init__(self, problem: Problem, options: SearchOptions):
+        super().__init__([problem], options)
         self.subproblems = 0  # compacted subsets swept
 
     # -- tolerances ---------------------------------------------------------------------
@@ -76,7 +142,7 @@ class AppendixSearch(Search):
         if self.exact:
             return lower <= cap
         finite = np.where(np.isfinite(cap), cap, 0.0)
-        return lower <= cap + RTOL * np.abs(finite) + self.atol
+        return lower <= cap + RTOL * np.abs(finite) + self.incumbents.atol[0]
 
     # -- driver ---------------------------------------------------------------------------
     def solve_appendix(self) -> None:
@@ -88,22 +154,24 @@ class AppendixSearch(Search):
         u = problem.n_thresholds.astype(np.int64)
         # Every root interval starts whole, with the trivial cuts 0 and u(f0) (one side
         # empty: a depth-2 tree of all samples is a depth-3 tree too).
-        rf0 = np.arange(p)
-        ra, rb = np.zeros(p, dtype=np.int64), u.copy()
-        er = np.repeat(np.arange(p), 2 * p)  # entries: tuple, side, f1
-        es = np.tile(np.repeat([LEFT, RIGHT], p), p)
-        ef1 = np.tile(np.arange(p), 2 * p)
-        elo, ehi = np.zeros(len(er), dtype=np.int64), u[ef1]
-        Fa = np.ones((len(er), p), dtype=bool)
-        Fb = np.ones((len(er), p), dtype=bool)
-        tuple_lb = np.zeros(p)
-        while len(rf0):
-            if not self.begin_iteration(tuple_lb):
+        tuples = RootTuples(root=np.arange(p), lo=np.zeros(p, dtype=np.int64), hi=u.copy(),
+                            lower_bound=np.zeros(p))
+        feature = np.tile(np.arange(p), 2 * p)
+        entries = Entries(
+            tuple=np.repeat(np.arange(p), 2 * p),
+            side=np.tile(np.repeat([LEFT, RIGHT], p), p),
+            feature=feature,
+            lo=np.zeros(len(feature), dtype=np.int64),
+            hi=u[feature],
+            left_features=np.ones((len(feature), p), dtype=bool),
+            right_features=np.ones((len(feature), p), dtype=bool),
+        )
+        while len(tuples.root):
+            if not self.begin_iteration(tuples.lower_bound):
                 return
-            (rf0, ra, rb, tuple_lb), (er, es, ef1, elo, ehi, Fa, Fb) = self.step(
-                rf0, ra, rb, er, es, ef1, elo, ehi, Fa, Fb)
-            self.report(tuple_lb)
-        self.lower_bound = self.incumbent - self.tolerance()
+            tuples, entries = self.step(tuples, entries)
+            self.report(tuples.lower_bound)
+        self.incumbents.prove_optimal(0)
 
     def offer_greedy(self) -> None:
         """The greedy depth-3 tree (best stump at every node) as the first incumbent."""
@@ -124,52 +192,146 @@ class AppendixSearch(Search):
         self.offer(value, spec)
 
     # -- one iteration --------------------------------------------------------------------
-    def step(self, rf0, ra, rb, er, es, ef1, elo, ehi, Fa, Fb):
-        s, K = self.s, self.s + 1
-        problem = self.problem
-        R, E = len(rf0), len(er)
-        rcuts, rcount, rplo, rphi, rpvalid = cut_points(ra, rb, s)
-        ecuts, ecount, eplo, ephi, epvalid = cut_points(elo, ehi, s)
-
-        # Each entry is swept on its side of every root cut of its tuple: one (entry,
-        # root cut) pair per set, one kernel row per child feature of the pair.
-        pair_of = np.full((E, K), -1, dtype=np.int64)
-        pe, pc = np.nonzero(np.arange(K)[None, :] < rcount[er][:, None])
-        pair_of[pe, pc] = np.arange(len(pe))
-        pos = problem.cut_pos[rf0[er[pe]], rcuts[er[pe], pc]]  # samples left of the root cut
-        key = (rf0[er[pe]] * (problem.n + 1) + pos) * 2 + es[pe]
-        keys, subset_of_pair = np.unique(key, return_inverse=True)
-        PRE, SUF = self.sweep_pairs(keys, subset_of_pair, pe, ef1, ecuts, Fa, Fb)
-
-        # Step 1: V(set, entry), the best tree at the entry's cuts, is achieved.
-        minA, minB = PRE.min(axis=2), SUF.min(axis=2)  # (pairs, K)
-        tree = np.where(np.arange(K)[None, :] < ecount[pe][:, None], minA + minB, np.inf)
-        v_entry, v_cut = tree.min(axis=1), tree.argmin(axis=1)
-        w_entry = minA[:, 0] + minB[np.arange(len(pe)), ecount[pe] - 1]  # W0, whole entry
-        group = (er[pe] * K + pc) * 2 + es[pe]
-        v_side = np.full(R * K * 2, np.inf)
-        w_side = np.full(R * K * 2, np.inf)
-        np.minimum.at(v_side, group, v_entry)
-        np.minimum.at(w_side, group, w_entry)
-        v_side, w_side = v_side.reshape(R, K, 2), w_side.reshape(R, K, 2)
-        self.upper_bounds(rf0, rcuts, v_side, group, v_entry, v_cut, pe, pc, ef1, ecuts,
-                          PRE, SUF)
-
+    def step(self, tuples: RootTuples, entries: Entries) -> tuple[RootTuples, Entries]:
+        s = self.options.s
+        root_cuts = cut_points(tuples.lo, tuples.hi, s)
+        entry_cuts = cut_points(entries.lo, entries.hi, s)
+        sweeps = self.sweep_pairs(tuples, entries, root_cuts, entry_cuts)
+        values = self.side_values(len(tuples.root), entries, entry_cuts, sweeps)
+        self.upper_bounds(tuples, entries, root_cuts, entry_cuts, sweeps, values)
         # Step 2: entry sub-pieces per root piece, in blocks of entries (the arrays are
         # (entries, root piece, sub-piece, p)); only the survivors are kept.
-        block = max(1, ENTRY_BLOCK_ELEMENTS // (K * K * Fa.shape[1]))
-        kept = [self.prune_entries(np.arange(e0, min(E, e0 + block)), er, es, rplo, rphi,
-                                   rpvalid, eplo, ephi, epvalid, pair_of, PRE, SUF, v_side,
-                                   w_side, Fa, Fb)
-                for e0 in range(0, max(E, 1), block)]
-        ei, ri, di, keep_a, keep_b, w_alive = (np.concatenate(x) for x in zip(*kept))
+        E, K = len(entries.tuple), s + 1
+        block = max(1, ENTRY_BLOCK_ELEMENTS // (K * K * entries.left_features.shape[1]))
+        kept = KeptPieces(*(np.concatenate(x) for x in zip(*(
+            self.prune_entries(np.arange(e0, min(E, e0 + block)), entries, root_cuts,
+                               entry_cuts, sweeps, values)
+            for e0 in range(0, max(E, 1), block)))))
+        return self.children(tuples, entries, root_cuts, entry_cuts, kept)
 
-        # A root piece lives while both sides keep an entry; its bound is the least
-        # W0 on each side.
+    def sweep_pairs(self, tuples: RootTuples, entries: Entries, root_cuts: Cuts,
+                    entry_cuts: Cuts) -> PairSweeps:
+        """Best stumps of each pair's child features on both sides of its entry cuts.
+
+        Each entry is swept on its side of every root cut of its tuple: one (entry,
+        root cut) pair per set, one kernel row per child feature of the pair.
+        """
+        problem = self.problem
+        n, p = problem.n, problem.p
+        E, K = len(entries.tuple), entry_cuts.cuts.shape[1]
+        pair_of = np.full((E, K), -1, dtype=np.int64)
+        pe, pc = np.nonzero(np.arange(K)[None, :] < root_cuts.count[entries.tuple][:, None])
+        pair_of[pe, pc] = np.arange(len(pe))
+        r = entries.tuple[pe]
+        pos = problem.cut_pos[tuples.root[r], root_cuts.cuts[r, pc]]  # samples left of the cut
+        key = (tuples.root[r] * (n + 1) + pos) * 2 + entries.side[pe]
+        keys, subset_of_pair = np.unique(key, return_inverse=True)
+        sweeps = PairSweeps(pe, pc, pair_of, np.full((len(pe), K, p), np.inf),
+                            np.full((len(pe), K, p), np.inf))
+        subsets = _Subsets(root=keys // 2 // (n + 1), position=keys // 2 % (n + 1),
+                           side=keys % 2, of_pair=subset_of_pair)
+        size = np.where(subsets.side == LEFT, subsets.position, n - subsets.position)
+        empty = size[subset_of_pair] == 0
+        sweeps.prefix[empty] = np.where(entries.left_features[pe[empty]][:, None, :], 0.0, np.inf)
+        sweeps.suffix[empty] = np.where(entries.right_features[pe[empty]][:, None, :], 0.0,
+                                        np.inf)
+        # Subsets of similar size share a batch (sweeps cost the batch's padded size).
+        for batch in size_batches(size, p):
+            self.sweep_batch(batch, subsets, entries, entry_cuts, sweeps)
+        return sweeps
+
+    def sweep_batch(self, batch: list[int], subsets: _Subsets, entries: Entries,
+                    entry_cuts: Cuts, sweeps: PairSweeps) -> None:
+        """Sweep the pairs of the subsets `batch`, filling `sweeps` in place."""
+        problem = self.problem
+        subs, shifts = [], []
+        for u in batch:
+            inside = problem.rank[subsets.root[u]] < subsets.position[u]
+            mask = inside if subsets.side[u] == LEFT else ~inside
+            subs.append(problem.compact(mask))
+            # Parent position m in f's order -> samples of the subset before it.
+            shifts.append(np.concatenate(
+                [np.zeros((problem.p, 1), np.int64), np.cumsum(mask[problem.perm], axis=1)],
+                axis=1))
+        self.subproblems += len(batch)
+        local = np.full(len(subsets.root), -1, dtype=np.int64)
+        local[batch] = np.arange(len(batch))
+        pairs = np.nonzero(local[subsets.of_pair] >= 0)[0]
+        pe = sweeps.entry
+        Fa, Fb = entries.left_features, entries.right_features
+        rows_pair, rows_f = np.nonzero((Fa | Fb)[pe[pairs]])
+        x = pairs[rows_pair]
+        sub = local[subsets.of_pair[x]]
+        f1 = entries.feature[pe[x]]
+        parent_pos = problem.cut_pos[f1[:, None], entry_cuts.cuts[pe[x]]]  # (rows, K)
+        shift = np.stack(shifts)  # (batch, p, n + 1)
+        cuts = shift[sub[:, None], f1[:, None], parent_pos]
+        runner = self.runner.for_compact(subs)
+        pre, suf = runner.full(f1, rows_f, cuts, problem=sub)
+        in_a, in_b = Fa[pe[x], rows_f], Fb[pe[x], rows_f]
+        sweeps.prefix[x[in_a], :, rows_f[in_a]] = pre[in_a]
+        sweeps.suffix[x[in_b], :, rows_f[in_b]] = suf[in_b]
+
+    def side_values(self, n_tuples: int, entries: Entries, entry_cuts: Cuts,
+                    sweeps: PairSweeps) -> SideValues:
+        """Step 1: V(set, entry), the best tree at the entry's cuts, is achieved."""
+        pe, K = sweeps.entry, entry_cuts.cuts.shape[1]
+        minA, minB = sweeps.prefix.min(axis=2), sweeps.suffix.min(axis=2)  # (pairs, K)
+        count = entry_cuts.count[pe]
+        tree = np.where(np.arange(K)[None, :] < count[:, None], minA + minB, np.inf)
+        v_entry, v_cut = tree.min(axis=1), tree.argmin(axis=1)
+        w_entry = minA[:, 0] + minB[np.arange(len(pe)), count - 1]  # W0, whole entry
+        group = (entries.tuple[pe] * K + sweeps.root_cut) * 2 + entries.side[pe]
+        v_side = np.full(n_tuples * K * 2, np.inf)
+        w_side = np.full(n_tuples * K * 2, np.inf)
+        np.minimum.at(v_side, group, v_entry)
+        np.minimum.at(w_side, group, w_entry)
+        return SideValues(v_entry, v_cut, group, v_side.reshape(n_tuples, K, 2),
+                          w_side.reshape(n_tuples, K, 2))
+
+    def prune_entries(self, e: np.ndarray, entries: Entries, root_cuts: Cuts,
+                      entry_cuts: Cuts, sweeps: PairSweeps, values: SideValues
+                      ) -> KeptPieces:
+        """Proposition pruning-d=3 for entries `e`: the sub-pieces kept per root piece."""
+        r, side = entries.tuple[e], entries.side[e]
+        left = (side == LEFT)[:, None]
+        set_cut = np.where(left, root_cuts.piece_lo[r], root_cuts.piece_hi[r])  # smaller set
+        big_cut = np.where(left, root_cuts.piece_hi[r], root_cuts.piece_lo[r])  # larger set
+        pair = np.maximum(sweeps.pair_of[e[:, None], set_cut], 0)  # invalid: masked below
+        A = sweeps.prefix[pair[:, :, None], entry_cuts.piece_lo[e][:, None, :]]  # (e, K, K, p)
+        B = sweeps.suffix[pair[:, :, None], entry_cuts.piece_hi[e][:, None, :]]
+        v_cap = values.best[r[:, None], big_cut, side[:, None]][..., None, None]
+        w_other = values.w0[r[:, None], big_cut, 1 - side[:, None]][..., None, None]
+        min_a, min_b = A.min(axis=3), B.min(axis=3)
+        with_b, with_a = A + min_b[..., None], B + min_a[..., None]
+        keep_a = (entries.left_features[e][:, None, None, :] & self.at_most(with_b, v_cap)
+                  & self.can_improve(with_b + w_other))
+        keep_b = (entries.right_features[e][:, None, None, :] & self.at_most(with_a, v_cap)
+                  & self.can_improve(with_a + w_other))
+        alive = (root_cuts.piece_valid[r][:, :, None] & entry_cuts.piece_valid[e][:, None, :]
+                 & keep_a.any(axis=3) & keep_b.any(axis=3))
+        i, ri, di = np.nonzero(alive)
+        w_kept = (np.where(keep_a[i, ri, di], A[i, ri, di], np.inf).min(axis=1)
+                  + np.where(keep_b[i, ri, di], B[i, ri, di], np.inf).min(axis=1))
+        return KeptPieces(e[i], ri, di, keep_a[i, ri, di], keep_b[i, ri, di], w_kept)
+
+    def children(self, tuples: RootTuples, entries: Entries, root_cuts: Cuts,
+                 entry_cuts: Cuts, kept: KeptPieces) -> tuple[RootTuples, Entries]:
+        """The next frontier: root pieces that live, with their kept entry sub-pieces.
+
+        A root piece lives while both sides keep an entry; its bound is the least W0 on
+        each side.
+        """
+        R, K = len(tuples.root), root_cuts.cuts.shape[1]
+        ei, ri, di = kept.entry, kept.root_piece, kept.entry_piece
+        er = entries.tuple
+        rcuts, rplo, rphi = root_cuts.cuts, root_cuts.piece_lo, root_cuts.piece_hi
+        ecuts, eplo, ephi = entry_cuts.cuts, entry_cuts.piece_lo, entry_cuts.piece_hi
         piece_w = np.full((R, K, 2), np.inf)
-        np.minimum.at(piece_w, (er[ei], ri, es[ei]), w_alive)
+        np.minimum.at(piece_w, (er[ei], ri, entries.side[ei]), kept.w0)
         piece_lb = piece_w.sum(axis=2)
-        piece_alive = rpvalid & np.isfinite(piece_lb) & self.can_improve(piece_lb)
+        piece_alive = (root_cuts.piece_valid & np.isfinite(piece_lb)
+                       & self.can_improve(piece_lb))
         # A root singleton whose entries are all singletons was evaluated in step 1.
         open_entry = np.zeros((R, K), dtype=bool)
         wide = ecuts[ei, ephi[ei, di]] > ecuts[ei, eplo[ei, di]]
@@ -179,113 +341,43 @@ class AppendixSearch(Search):
         new_id = np.full((R, K), -1, dtype=np.int64)
         tr, tj = np.nonzero(piece_alive)
         new_id[tr, tj] = np.arange(len(tr))
-        tuples = (rf0[tr], rcuts[tr, rplo[tr, tj]], rcuts[tr, rphi[tr, tj]], piece_lb[tr, tj])
+        next_tuples = RootTuples(tuples.root[tr], rcuts[tr, rplo[tr, tj]],
+                                 rcuts[tr, rphi[tr, tj]], piece_lb[tr, tj])
         child = new_id[er[ei], ri] >= 0
-        ei, ri, di, keep_a, keep_b = ei[child], ri[child], di[child], keep_a[child], keep_b[child]
-        entries = (new_id[er[ei], ri], es[ei], ef1[ei], ecuts[ei, eplo[ei, di]],
-                   ecuts[ei, ephi[ei, di]], keep_a, keep_b)
-        order = np.argsort(entries[0], kind="stable")  # entries grouped by tuple
-        return tuples, tuple(x[order] for x in entries)
+        ei, ri, di = ei[child], ri[child], di[child]
+        next_entries = Entries(
+            tuple=new_id[er[ei], ri],
+            side=entries.side[ei],
+            feature=entries.feature[ei],
+            lo=ecuts[ei, eplo[ei, di]],
+            hi=ecuts[ei, ephi[ei, di]],
+            left_features=kept.left_features[child],
+            right_features=kept.right_features[child],
+        )
+        order = np.argsort(next_entries.tuple, kind="stable")  # entries grouped by tuple
+        return next_tuples, Entries(*(field[order] for field in next_entries))
 
-    def prune_entries(self, e, er, es, rplo, rphi, rpvalid, eplo, ephi, epvalid, pair_of,
-                      PRE, SUF, v_side, w_side, Fa, Fb):
-        """Proposition pruning-d=3 for entries `e`: the sub-pieces kept per root piece.
-
-        Returns `(entry, root piece, sub-piece, F_a, F_b, W0)` of the kept ones.
-        """
-        r, side = er[e], es[e]
-        left = (side == LEFT)[:, None]
-        set_cut = np.where(left, rplo[r], rphi[r])  # the smaller set of the piece
-        big_cut = np.where(left, rphi[r], rplo[r])  # the larger set
-        pair = np.maximum(pair_of[e[:, None], set_cut], 0)  # invalid pieces masked below
-        A = PRE[pair[:, :, None], eplo[e][:, None, :]]  # (entries, K, K, p)
-        B = SUF[pair[:, :, None], ephi[e][:, None, :]]
-        v_cap = v_side[r[:, None], big_cut, side[:, None]][..., None, None]
-        w_other = w_side[r[:, None], big_cut, 1 - side[:, None]][..., None, None]
-        min_a, min_b = A.min(axis=3), B.min(axis=3)
-        with_b, with_a = A + min_b[..., None], B + min_a[..., None]
-        keep_a = (Fa[e][:, None, None, :] & self.at_most(with_b, v_cap)
-                  & self.can_improve(with_b + w_other))
-        keep_b = (Fb[e][:, None, None, :] & self.at_most(with_a, v_cap)
-                  & self.can_improve(with_a + w_other))
-        alive = (rpvalid[r][:, :, None] & epvalid[e][:, None, :]
-                 & keep_a.any(axis=3) & keep_b.any(axis=3))
-        i, ri, di = np.nonzero(alive)
-        w_kept = (np.where(keep_a[i, ri, di], A[i, ri, di], np.inf).min(axis=1)
-                  + np.where(keep_b[i, ri, di], B[i, ri, di], np.inf).min(axis=1))
-        return e[i], ri, di, keep_a[i, ri, di], keep_b[i, ri, di], w_kept
-
-    def sweep_pairs(self, keys, subset_of_pair, pe, ef1, ecuts, Fa, Fb):
-        """Best stumps of each pair's child features on both sides of its entry cuts.
-
-        Returns `(PRE, SUF)`, `(pairs, s + 1, p)`: `PRE[x, k, f]` is the best stump on f
-        of the pair's set left of its entry's k-th cut (inf where f is not in F_a),
-        `SUF` right of it (inf where f is not in F_b).
-        """
-        problem = self.problem
-        n, p = problem.n, problem.p
-        X, K = len(pe), ecuts.shape[1]
-        PRE = np.full((X, K, p), np.inf)
-        SUF = np.full((X, K, p), np.inf)
-        f0 = keys // 2 // (n + 1)
-        pos = keys // 2 % (n + 1)
-        side = keys % 2
-        size = np.where(side == LEFT, pos, n - pos)
-        empty = size[subset_of_pair] == 0
-        PRE[empty] = np.where(Fa[pe[empty]][:, None, :], 0.0, np.inf)
-        SUF[empty] = np.where(Fb[pe[empty]][:, None, :], 0.0, np.inf)
-        # Subsets of similar size share a batch (sweeps cost the batch's padded size).
-        for batch in size_batches(size, p):
-            self.sweep_batch(batch, f0, pos, side, subset_of_pair, pe, ef1, ecuts, Fa, Fb,
-                             PRE, SUF)
-        return PRE, SUF
-
-    def sweep_batch(self, batch, f0, pos, side, subset_of_pair, pe, ef1, ecuts, Fa, Fb,
-                    PRE, SUF) -> None:
-        problem = self.problem
-        subs, shifts = [], []
-        for u in batch:
-            inside = problem.rank[f0[u]] < pos[u]
-            mask = inside if side[u] == LEFT else ~inside
-            subs.append(problem.compact(mask))
-            # Parent position m in f's order -> samples of the subset before it.
-            shifts.append(np.concatenate(
-                [np.zeros((problem.p, 1), np.int64), np.cumsum(mask[problem.perm], axis=1)],
-                axis=1))
-        self.subproblems += len(batch)
-        local = np.full(len(f0), -1, dtype=np.int64)
-        local[batch] = np.arange(len(batch))
-        pairs = np.nonzero(local[subset_of_pair] >= 0)[0]
-        rows_pair, rows_f = np.nonzero((Fa | Fb)[pe[pairs]])
-        x = pairs[rows_pair]
-        sub = local[subset_of_pair[x]]
-        f1 = ef1[pe[x]]
-        parent_pos = problem.cut_pos[f1[:, None], ecuts[pe[x]]]  # (rows, K)
-        shift = np.stack(shifts)  # (batch, p, n + 1)
-        cuts = shift[sub[:, None], f1[:, None], parent_pos]
-        runner = self.runner.for_compact(subs)
-        pre, suf = runner.full(f1, rows_f, cuts, problem=sub)
-        in_a, in_b = Fa[pe[x], rows_f], Fb[pe[x], rows_f]
-        PRE[x[in_a], :, rows_f[in_a]] = pre[in_a]
-        SUF[x[in_b], :, rows_f[in_b]] = suf[in_b]
-
-    def upper_bounds(self, rf0, rcuts, v_side, group, v_entry, v_cut, pe, pc, ef1, ecuts,
-                     PRE, SUF) -> None:
+    def upper_bounds(self, tuples: RootTuples, entries: Entries, root_cuts: Cuts,
+                     entry_cuts: Cuts, sweeps: PairSweeps, values: SideValues) -> None:
         """Step 1: the best pair of sides at any root cut is a tree; offer the best."""
+        v_side = values.best
         value = v_side[:, :, LEFT] + v_side[:, :, RIGHT]  # (R, K); padding repeats cuts
         r, j = np.unravel_index(int(np.argmin(value)), value.shape)
         if not value[r, j] < self.incumbent:
             return
         K = v_side.shape[1]
+        pe = sweeps.entry
         sides = []
         for which in (LEFT, RIGHT):
-            x = int(np.nonzero((group == (r * K + j) * 2 + which)
-                               & (v_entry == v_side[r, j, which]))[0][0])
-            k = int(v_cut[x])
-            sides.append((int(ef1[pe[x]]), int(ecuts[pe[x], k]), int(np.argmin(PRE[x, k])),
-                          int(np.argmin(SUF[x, k]))))
+            x = int(np.nonzero((values.group == (r * K + j) * 2 + which)
+                               & (values.tree == v_side[r, j, which]))[0][0])
+            k = int(values.tree_cut[x])
+            sides.append((int(entries.feature[pe[x]]), int(entry_cuts.cuts[pe[x], k]),
+                          int(np.argmin(sweeps.prefix[x, k])),
+                          int(np.argmin(sweeps.suffix[x, k]))))
         self.offer(float(value[r, j]),
-                   functools.partial(self.tree_spec, int(rf0[r]), int(rcuts[r, j]), *sides))
+                   functools.partial(self.tree_spec, int(tuples.root[r]),
+                                     int(root_cuts.cuts[r, j]), *sides))
 
     def tree_spec(self, f0: int, t0: int, left, right):
         """Split spec of the root cut t0 with a depth-2 entry tree on each side."""
@@ -293,4 +385,15 @@ class AppendixSearch(Search):
         k = int(problem.cut_pos[f0, t0])
         inside = problem.rank[f0] < k
         return (f0, position_threshold(problem, f0, k),
-                self.depth2_splits(*left, mask=inside), self.depth2_splits(*right, mask=~inside))
+                depth2_splits(problem, *left, mask=inside),
+                depth2_splits(problem, *right, mask=~inside))
+
+
+class _Subsets(NamedTuple):
+    """The distinct sample sets of a step's pairs: the samples left (or right) of a
+    root cut, U of them."""
+
+    root: np.ndarray  # (U,) int64: f0 of the root cut
+    position: np.ndarray  # (U,) int64: the cut's sorted position in f0's order
+    side: np.ndarray  # (U,) LEFT or RIGHT
+    of_pair: np.ndarray  # (X,) int64: the set of each pair

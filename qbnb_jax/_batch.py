@@ -18,14 +18,13 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import gc
-import time
 from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
 
 from ._cache import enable_persistent_cache
-from ._data import Problem, as_sample_weight, make_problem
+from ._data import Problem, ThresholdTables, as_sample_weight, make_problem
 from ._deep import DeepSearch
 from ._depth2 import solve_depth2
 from ._host import depth2_trees_shared
@@ -35,6 +34,7 @@ from ._parallel import THREADS
 from ._runner import COUNTER_NAMES, KernelRunner
 from ._search import Search
 from ._solve import SolveResult, _check_options, _make_result
+from ._state import SearchOptions
 
 
 def solve_batch(
@@ -67,8 +67,11 @@ def solve_batch(
     - `sample_weights`: `(P, n)` non-negative weights, no row all zero.
     - `time_limit`: seconds for the whole batch; unfinished problems return their best
       tree with status `"time_limit"` and a proved lower bound.
-    - `progress`: called after every iteration with a dict (`iteration`, `active`,
-      `solved`, `elapsed`).
+    - `progress`: called after every depth-2 iteration with `solve`'s dict: `iteration`
+      (the most any problem has run), `frontier` (tuples of all problems), `incumbent`
+      and `lower_bound` (summed over the problems), `gap`, `active` (problems still
+      searching), `solved` and `elapsed`. Problems of different widths (`solve_many`)
+      run one group after another, each reporting its own.
 
     **Returns:** a list of P `SolveResult`s; their `stats` share the batch's kernel
     counters (compile seconds, rows evaluated) and report the batch's wall time.
@@ -83,30 +86,32 @@ def solve_batch(
     _check_options(depth, bound, s, time_limit)
     tune_malloc()
     with _collector_paused():
-        return _solve_batch(X, y, sample_weights, task=task, depth=depth, bound=bound, s=s,
-                            time_limit=time_limit, progress=progress)
+        options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit,
+                                     progress=progress)
+        return _solve_batch(X, y, sample_weights, task, depth, options)
 
 
-def _solve_batch(X, y, sample_weights, *, task, depth, bound, s, time_limit, progress):
-    start = time.perf_counter()
+def _solve_batch(X, y, sample_weights, task: str, depth: int, options: SearchOptions
+                 ) -> list[SolveResult]:
     base = make_problem(X, y, task=task)
     W = _as_weight_matrix(sample_weights, base.n)
     integral = _check_rows(W)
-    options = dict(depth=depth, bound=bound, s=s, time_limit=time_limit, progress=progress,
-                   start=start)
     if task == "classification" and integral:
         # Integer counts are exact in any order: one shared layout for every problem.
-        if progress is None and THREADS > 1 and len(W) >= 2 * SPLIT_FROM:
-            return _in_two_halves(lambda rows: _solve_stacked(base, W[rows], options), len(W))
-        return _solve_stacked(base, W, options)
+        if options.progress is None and THREADS > 1 and len(W) >= 2 * SPLIT_FROM:
+            return _in_two_halves(lambda rows: _solve_stacked(base, W[rows], depth, options),
+                                  len(W))
+        return _solve_stacked(base, W, depth, options)
     # Float sums depend on the order of the samples summed, zero-weight ones included;
     # to take solve()'s exact path (and tie-breaks) each problem gets the layout of its
     # own samples, as solve() builds it.
     problems = [make_problem(X, y, task=task, sample_weight=w) for w in W]
-    return _solve_problems(problems, problems, list(range(len(problems))), **options)
+    return _solve_problems(_Batch(problems, problems, list(range(len(problems)))), depth,
+                           options)
 
 
-def _solve_stacked(base: Problem, W: np.ndarray, options: dict) -> list[SolveResult]:
+def _solve_stacked(base: Problem, W: np.ndarray, depth: int, options: SearchOptions
+                   ) -> list[SolveResult]:
     """Problems `base` under each row of integer weights `W`, on one shared layout."""
     stat_tables = None
     if base.n_channels == 2:  # the kernels' stat tables come out of the reweighting pass
@@ -114,25 +119,26 @@ def _solve_stacked(base: Problem, W: np.ndarray, options: dict) -> list[SolveRes
     problems, tables = base.reweighted(
         W, signed_out=None if stat_tables is None else stat_tables["sorted_scan"],
         mass_out=None if stat_tables is None else stat_tables["root_cum"])
-    return _solve_problems([base], problems, [0] * len(problems), tables=tables,
-                           stat_tables=stat_tables, **options)
+    return _solve_problems(_Batch([base], problems, [0] * len(problems), tables=tables,
+                                  stat_tables=stat_tables), depth, options)
 
 
-def _in_two_halves(solve_rows: Callable[[slice], list[SolveResult]], P: int
+def _in_two_halves(solve_rows: Callable[[slice], list[SolveResult]], n_problems: int
                    ) -> list[SolveResult]:
-    """`solve_rows` on the first and the second half of P problems, on two threads.
+    """`solve_rows` on the first and the second half of n_problems, on two threads.
 
     While one half runs host numpy (mostly holding the GIL), the other's kernels and
-    numpy blocks use the second core: 1,000 bootstrap problems ran 10-15% faster than
-    in one piece. The problems are independent, so each gets the result it gets alone;
+    numpy blocks use the second core: large bootstrap batches ran faster than in one
+    piece. The problems are independent, so each gets the result it gets alone;
     every result's stats report both halves' kernel counters summed. The first half
     runs on the calling thread and the second on one long-lived thread, so that every
     batch allocates from the same two malloc arenas: a new thread per call got a new
     arena, whose pages were fresh (page faults) every time.
     """
-    second = _SECOND_HALF.submit(solve_rows, slice(P // 2, P))
+    half = n_problems // 2
+    second = _SECOND_HALF.submit(solve_rows, slice(half, n_problems))
     try:
-        first = solve_rows(slice(0, P // 2))
+        first = solve_rows(slice(0, half))
     except BaseException:
         concurrent.futures.wait([second])  # nothing of this call runs on after it
         raise
@@ -162,25 +168,24 @@ def solve_many(
     it sets glibc's malloc thresholds once per process.
     """
     _check_options(depth, bound, s, time_limit)
-    start = time.perf_counter()
+    options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress)
     if len(datasets) == 0:
         raise ValueError("datasets is empty: give at least one (X, y) pair.")
     tune_malloc()
     with _collector_paused():
-        return _solve_datasets(datasets, task=task, depth=depth, bound=bound, s=s,
-                               time_limit=time_limit, progress=progress, start=start)
+        return _solve_datasets(datasets, task, depth, options)
 
 
-def _solve_datasets(datasets, *, task, depth, bound, s, time_limit, progress, start):
+def _solve_datasets(datasets, task: str, depth: int, options: SearchOptions
+                    ) -> list[SolveResult]:
     problems = []
     for i, item in enumerate(datasets):
         if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
             raise ValueError(f"datasets[{i}] must be a tuple (X, y) or (X, y, sample_weight).")
         Xi, yi, wi = (*item, None)[:3]
         problems.append(make_problem(Xi, yi, task=task, sample_weight=wi))
-    return _solve_problems(problems, problems, list(range(len(problems))), depth=depth,
-                           bound=bound, s=s, time_limit=time_limit, progress=progress,
-                           start=start)
+    return _solve_problems(_Batch(problems, problems, list(range(len(problems)))), depth,
+                           options)
 
 
 # Stacked batches of at least twice this many problems run as two concurrent halves.
@@ -239,8 +244,8 @@ def _collector_paused():
     """Python's cyclic garbage collector off for the duration (then back as it was).
 
     A batch creates a few objects per problem, thousands in all, which triggered
-    collections that took 8% of a 1,000-problem batch's CPU time (perf); they hold no
-    reference cycles worth collecting meanwhile.
+    collections that took a noticeable share of a large batch's CPU time; they hold
+    no reference cycles worth collecting meanwhile.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -251,44 +256,76 @@ def _collector_paused():
             gc.enable()
 
 
-def _solve_problems(layouts, problems, layout_of, *, depth, bound, s, time_limit, progress,
-                    start, tables=None, stat_tables=None) -> list[SolveResult]:
-    if time_limit is not None and np.isinf(time_limit):
-        time_limit = None
+@dataclasses.dataclass(frozen=True)
+class _Batch:
+    """The problems of one call and the layouts their sweeps use."""
+
+    layouts: list[Problem]  # presorted layouts (one shared, or one per problem)
+    problems: list[Problem]
+    layout_of: list[int]  # (n_problems,) the layout of each problem
+    tables: ThresholdTables | None = None  # stacked tables of a shared layout
+    stat_tables: dict | None = None  # the kernels' stat tables, when precomputed
+
+
+def _solve_problems(batch: _Batch, depth: int, options: SearchOptions) -> list[SolveResult]:
     enable_persistent_cache()
+    problems = batch.problems
     stats = _common_stats(problems)
     device_view = [pr if st is pr.stats else dataclasses.replace(pr, stats=st)
                    for pr, st in zip(problems, stats)]
     if any(pr.loss_kind == "weighted" for pr in problems):
         device_view = [dataclasses.replace(pr, loss_kind="weighted") for pr in device_view]
-    options = dict(bound=bound, s=int(s), time_limit=time_limit, progress=None, capacity=64,
-                   start=start)
     with jax.enable_x64(True):
-        data = SweepData.from_problems(layouts, device_view, layout_of,
-                                       stat_tables=stat_tables)
+        data = SweepData.from_problems(batch.layouts, device_view, batch.layout_of,
+                                       stat_tables=batch.stat_tables)
         runner = KernelRunner(device_view[0], data)
         if depth <= 2:
-            searches = [Search(pr, runner=runner, **options) for pr in problems]
-            if depth == 1:
-                for search in searches:
-                    search.solve_depth1()
-            else:
-                solve_depth2(searches, runner, batch_progress=progress, tables=tables)
+            results = _solve_shallow(batch, depth, options, runner)
         else:
             # Deeper trees recurse into subsets of one problem at a time; they share the
             # batch's layouts and compiled kernels (and so its stat channels and dtype).
             searches = []
             for i, pr in enumerate(device_view):
-                search = DeepSearch(pr, depth=depth, runner=runner.for_problem(i, pr), **options)
+                search = DeepSearch(pr, options.quiet(), depth=depth,
+                                    runner=runner.for_problem(i, pr))
                 search.solve_deep()
                 searches.append(search)
-    built = [None] * len(searches)
-    if (depth == 2 and tables is not None and problems[0].loss_kind == "count"
-            and all(search.depth2_spec is not None for search in searches)):
-        specs = np.array([search.depth2_spec for search in searches])
-        built = depth2_trees_shared(problems, tables.cut_pos, tables.cut_valid, specs)
-    results = []
-    for search, tree in zip(searches, built):
-        search.runner = runner
-        results.append(_make_result(search, depth, tree))
-    return results
+            results = [(search, 0, None) for search in searches]
+    out = []
+    for search, q, tree in results:
+        search.runner = runner  # every result reports the batch's kernel counters
+        out.append(_make_result(search, depth, q, tree))
+    return out
+
+
+def _solve_shallow(batch: _Batch, depth: int, options: SearchOptions, runner: KernelRunner
+                   ) -> list[tuple[Search, int, tuple | None]]:
+    """Depth 1 or 2: `(search, index in it, built tree or None)` per problem.
+
+    Depth 2 solves problems of one width in one frontier (one search); problems with
+    different numbers of features run as separate searches, one after another.
+    """
+    problems = batch.problems
+    if depth == 1:
+        search = Search(problems, options, runner=runner)
+        search.solve_depth1()
+        return [(search, q, None) for q in range(len(problems))]
+    if batch.tables is not None:  # one shared layout: one frontier
+        search = Search(problems, options, runner=runner)
+        # a single problem sweeps as `solve` would, from its own tables
+        solve_depth2(search, batch.tables if len(problems) > 1 else None,
+                     runner_rows=np.arange(len(problems)))
+        if problems[0].loss_kind == "count" and (search.incumbents.depth2_spec[:, 0] >= 0).all():
+            built = depth2_trees_shared(problems, batch.tables.cut_pos,
+                                        batch.tables.cut_valid, search.incumbents.depth2_spec)
+            return [(search, q, tree) for q, tree in enumerate(built)]
+        return [(search, q, None) for q in range(len(problems))]
+    widths = np.array([pr.p for pr in problems])
+    found: list = [None] * len(problems)
+    for p in np.unique(widths):
+        members = np.nonzero(widths == p)[0]
+        search = Search([problems[q] for q in members], options, runner=runner)
+        solve_depth2(search, runner_rows=members)
+        for q, member in enumerate(members):
+            found[member] = (search, q, None)
+    return found

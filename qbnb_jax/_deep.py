@@ -26,15 +26,18 @@ import functools
 
 import numpy as np
 
+from ._data import Problem
 from ._depth2 import shrink_pieces, solve_depth2
+from ._frontier import PieceBounds, Pieces, RootFrontier
 from ._host import best_stump, position_threshold
 from ._runner import KernelRunner
 from ._search import Search
+from ._state import SearchOptions
 
 LEFT, RIGHT = 0, 1
 SIDE_GROUP = 32  # root cuts per batch of side solves (64 depth-2 searches in one frontier)
 # Sides up to this many samples share a batch whatever their sizes: padding them is
-# cheaper than more batches (depth 3: kernel calls raisin 139 -> 70, bank 40 -> 32).
+# cheaper than more batches (about half the kernel calls at depth 3).
 SMALL_SIDE = 2048
 SIDE_LAYOUT_BYTES = 1 << 27  # presorted layouts (p * p * n int32 per side) per side batch
 
@@ -61,15 +64,15 @@ def size_batches(sizes, p: int) -> list[list[int]]:
 
 
 class DeepSearch(Search):
-    """Exact depth-`depth` search (depth >= 3) over the root split."""
+    """Exact depth-`depth` search (depth >= 3) over the root split of one problem."""
 
-    def __init__(self, problem, *, depth: int, **kwargs):
-        super().__init__(problem, **kwargs)
+    def __init__(self, problem: Problem, options: SearchOptions, *, depth: int,
+                 runner: KernelRunner | None = None, cutoff: float = np.inf):
+        super().__init__([problem], options, runner=runner, cutoff=cutoff)
         self.depth = depth
-        self.capacity0 = self.capacity
+        self.side_options = options.quiet()  # the subtrees' searches report nothing
         self.sides: dict[tuple[int, int, int], tuple[float, float, object]] = {}
         self.subproblems = 0
-        self.iterations_inner = 0
 
     def subtree(self, mask: np.ndarray, cutoff: float):
         """`(lower bound, objective or inf, splits)` of the best depth-(d-1) tree."""
@@ -79,19 +82,15 @@ class DeepSearch(Search):
         if sub.n == 0:
             return 0.0, 0.0, None
         runner = self.runner.for_compact([sub])
-        kwargs = dict(
-            bound=self.bound, s=self.s, time_limit=self.time_limit, progress=None,
-            capacity=self.capacity0, start=self.start, runner=runner, cutoff=cutoff,
-        )
         self.subproblems += 1
         if self.depth - 1 == 2:
-            search = Search(sub, **kwargs)
-            solve_depth2([search])
+            search = Search([sub], self.side_options, runner=runner, cutoff=cutoff)
+            solve_depth2(search)
         else:
-            search = DeepSearch(sub, depth=self.depth - 1, **kwargs)
+            search = DeepSearch(sub, self.side_options, depth=self.depth - 1, runner=runner,
+                                cutoff=cutoff)
             search.solve_deep()
             self.subproblems += search.subproblems
-        self.iterations_inner += search.iterations
         return search.outcome()
 
     def side(self, f0: int, k: int, which: int, cutoff: float | None = None):
@@ -138,18 +137,22 @@ class DeepSearch(Search):
         # most c). At the start the ends are 0 (an empty side and
         # all samples) and u(f0) (the reverse), both known without a solve.
         u = problem.n_thresholds.astype(np.int64)
-        keep = u >= 2  # a constant feature has no cut inside
-        f0 = np.arange(problem.p)[keep]
-        lo, hi = np.ones(len(f0), dtype=np.int64), u[keep] - 1
-        tuple_lb = np.zeros(len(f0))  # losses are never negative
-        ends = np.zeros((len(f0), 4))  # p_lo, s_lo, p_hi, s_hi
+        ends = np.zeros((problem.p, 4))
         ends[:, 1] = ends[:, 2] = all_lb
-        while len(f0):
-            if not self.begin_iteration(tuple_lb):
+        frontier = RootFrontier(
+            root=np.arange(problem.p),
+            lo=np.ones(problem.p, dtype=np.int64),
+            hi=u - 1,
+            lower_bound=np.zeros(problem.p),  # losses are never negative
+            ends=ends,
+        )
+        frontier = frontier.take(u >= 2)  # a constant feature has no cut inside
+        while frontier.size:
+            if not self.begin_iteration(frontier.lower_bound):
                 return
-            f0, lo, hi, tuple_lb, ends = self.step_deep(f0, lo, hi, tuple_lb, ends)
-            self.report(tuple_lb)
-        self.lower_bound = self.incumbent - self.tolerance()
+            frontier = self.step_deep(frontier)
+            self.report(frontier.lower_bound)
+        self.incumbents.prove_optimal(0)
 
     def solve_sides(self, keys, cutoffs) -> None:
         """Solve every side `(f0, k, which)` of `keys` not solved yet, all at once.
@@ -185,20 +188,14 @@ class DeepSearch(Search):
 
     def solve_side_batch(self, keys, subs, cutoffs) -> None:
         """Depth-2 searches of compacted sides in one frontier (`_depth2.py`)."""
-        runner = self.runner.for_compact(subs)
-        searches = [
-            Search(sub, bound=self.bound, s=self.s, time_limit=self.time_limit,
-                   progress=None, capacity=self.capacity0, start=self.start, runner=runner,
-                   cutoff=cutoff)
-            for sub, cutoff in zip(subs, cutoffs)
-        ]
-        solve_depth2(searches, runner)
-        for key, search in zip(keys, searches):
-            self.sides[key] = search.outcome()
-            self.iterations_inner += search.iterations
+        search = Search(subs, self.side_options, runner=self.runner.for_compact(subs),
+                        cutoff=cutoffs)
+        solve_depth2(search)
+        for q, key in enumerate(keys):
+            self.sides[key] = search.outcome(q)
         self.subproblems += len(keys)
 
-    def step_deep(self, f0, lo, hi, tuple_lb, ends):
+    def step_deep(self, frontier: RootFrontier) -> RootFrontier:
         """Solve the sides at s cuts inside every tuple, then prune and split.
 
         Root cuts are processed in groups of SIDE_GROUP whose sides are solved together;
@@ -207,17 +204,18 @@ class DeepSearch(Search):
         Past the time limit the remaining tuples are kept as they are (with their bound
         from the previous iteration), so the reported lower bound stays valid.
         """
-        swept = [self.tuple_cuts(int(lo[i]), int(hi[i])) for i in range(len(f0))]
+        f0, lo, hi, ends = frontier.root, frontier.lo, frontier.hi, frontier.ends
+        swept = [self.tuple_cuts(int(lo[i]), int(hi[i])) for i in range(frontier.size)]
         work = [(i, jj, int(f0[i]), int(self.problem.cut_pos[f0[i], t]))
-                for i in range(len(f0)) for jj, t in enumerate(swept[i])]
-        P = [np.empty(len(cuts)) for cuts in swept]
-        S = [np.empty(len(cuts)) for cuts in swept]
+                for i in range(frontier.size) for jj, t in enumerate(swept[i])]
+        prefix = [np.empty(len(cuts)) for cuts in swept]  # best left side at each cut
+        suffix = [np.empty(len(cuts)) for cuts in swept]  # best right side
         done = 0  # root cuts evaluated (or dropped with their tuple), in order
-        dead = np.zeros(len(f0), dtype=bool)
+        dead = np.zeros(frontier.size, dtype=bool)
         for g0 in range(0, len(work), SIDE_GROUP):
-            if self.time_limit is not None and self.elapsed() > self.time_limit:
+            if self.options.out_of_time():
                 break
-            dead |= ~self.can_improve(tuple_lb)
+            dead |= ~self.can_improve(frontier.lower_bound)
             group = [item for item in work[g0 : g0 + SIDE_GROUP] if not dead[item[0]]]
             done += SIDE_GROUP
             keys, cutoffs = [], []
@@ -226,7 +224,7 @@ class DeepSearch(Search):
                 cutoffs += [self.incumbent - ends[i, 3], self.incumbent - ends[i, 0]]
             self.solve_sides(keys, cutoffs)
             for i, jj, r, k in group:
-                P[i][jj], S[i][jj] = self.root_split(r, k)
+                prefix[i][jj], suffix[i][jj] = self.root_split(r, k)
                 for which in (LEFT, RIGHT):  # a cut is evaluated once: its trees go
                     lb, ub, _ = self.sides[r, k, which]
                     self.sides[r, k, which] = (lb, ub, None)
@@ -236,32 +234,34 @@ class DeepSearch(Search):
         children = []
         for i in np.nonzero(~dead[:finished])[0]:
             cuts = np.concatenate([[lo[i] - 1], swept[i], [hi[i] + 1]])
-            Pi = np.concatenate([[ends[i, 0]], P[i], [ends[i, 2]]])
-            Si = np.concatenate([[ends[i, 1]], S[i], [ends[i, 3]]])
-            children.append(self.split_tuple(int(f0[i]), cuts, Pi, Si))
-        children.append((f0[finished:], lo[finished:], hi[finished:], tuple_lb[finished:],
-                         ends[finished:]))
-        return tuple(np.concatenate(x) for x in zip(*children))
+            left = np.concatenate([[ends[i, 0]], prefix[i], [ends[i, 2]]])
+            right = np.concatenate([[ends[i, 1]], suffix[i], [ends[i, 3]]])
+            children.append(self.split_tuple(int(f0[i]), cuts, left, right))
+        children.append(frontier.take(slice(finished, None)))
+        return RootFrontier.concatenate(children)
 
     def tuple_cuts(self, lo: int, hi: int) -> np.ndarray:
         """Root cuts of a tuple this iteration: s spread evenly inside its ends.
 
         The ends are not solved again (their bounds are carried), so s cuts make s + 1
-        pieces. Measured against s + 1 cuts that include the ends: 10-35% fewer
-        cut-elements swept on bank, wilt, occupancy, raisin and bidding at depth 3.
+        pieces: measured, fewer cut-elements are swept than with s + 1 cuts that
+        include the ends.
         """
-        j = np.arange(self.s)
-        cuts = lo - 1 + ((j + 1) * (hi - lo + 2)) // (self.s + 1)
+        s = self.options.s
+        j = np.arange(s)
+        cuts = lo - 1 + ((j + 1) * (hi - lo + 2)) // (s + 1)
         return np.unique(np.clip(cuts, lo, hi))
 
-    def split_tuple(self, f0: int, cuts, P, S):
+    def split_tuple(self, f0: int, cuts: np.ndarray, left: np.ndarray, right: np.ndarray
+                    ) -> RootFrontier:
         """Prune the pieces between a tuple's cuts; the survivors are its children.
 
-        `cuts` starts and ends with the tuple's ends, whose values are bounds.
+        `cuts` starts and ends with the tuple's ends, whose values are bounds; `left`
+        and `right` are the best sides (or bounds) at each cut.
         """
         problem = self.problem
-        pa, pb = P[:-1], P[1:]
-        sa, sb = S[:-1], S[1:]
+        pa, pb = left[:-1], left[1:]
+        sa, sb = right[:-1], right[1:]
         piece_lo, piece_hi = cuts[:-1], cuts[1:]
         piece_lb = pa + sb
         child_lo, child_hi = piece_lo + 1, piece_hi - 1  # the cuts themselves are done
@@ -269,17 +269,15 @@ class DeepSearch(Search):
         width = slack_left[piece_hi] - slack_left[piece_lo]
         piece_lb = np.maximum(piece_lb, pb + sa - width)
         alive = (child_lo <= child_hi) & self.can_improve(piece_lb)
-        if alive.any():
+        if alive.any():  # one tuple of problem 0: `shrink_pieces` on (1, pieces) arrays
+            pieces = Pieces(lo=piece_lo[None], hi=piece_hi[None], child_lo=child_lo[None],
+                            child_hi=child_hi[None], lower_bound=piece_lb[None],
+                            alive=alive[None])
+            bounds = PieceBounds(pa[None], pb[None], sa[None], sb[None])
             child_lo, child_hi = (
-                x[0]
-                for x in shrink_pieces(
-                    problem.slack_left[None], np.array([self.incumbent]),
-                    lambda q: np.full(np.shape(q), self.tolerance()), np.array([self.exact]),
-                    np.zeros(1, dtype=np.int64), np.array([f0]), piece_lo[None],
-                    piece_hi[None], pa[None], pb[None], sa[None], sb[None], child_lo[None],
-                    child_hi[None], alive[None],
-                )
-            )
+                x[0] for x in shrink_pieces(problem.slack_left[None], self.incumbents,
+                                            np.zeros(1, dtype=np.int64), np.array([f0]),
+                                            pieces, bounds))
             alive &= child_lo <= child_hi
         keep = np.nonzero(alive)[0]
         child_lo, child_hi = child_lo[keep], child_hi[keep]
@@ -287,5 +285,5 @@ class DeepSearch(Search):
         # the children's ends move in from the cuts by shrinking
         sa = sa - (slack_left[child_lo - 1] - slack_left[piece_lo[keep]])
         pb = pb - (slack_left[piece_hi[keep]] - slack_left[child_hi + 1])
-        return (np.full(len(keep), f0), child_lo, child_hi, piece_lb[keep],
-                np.stack([pa, sa, pb, sb], axis=1))
+        return RootFrontier(root=np.full(len(keep), f0), lo=child_lo, hi=child_hi,
+                            lower_bound=piece_lb[keep], ends=np.stack([pa, sa, pb, sb], axis=1))

@@ -1,139 +1,155 @@
-"""One problem's search state: incumbent, proved bound, status, tree building.
+"""A search over one or many problems: their state, the iteration bookkeeping, depth 1.
 
-`Search` holds what belongs to a single problem: its incumbent and the (lazily built)
-split spec of the tree achieving it, the pruning tolerance, the proved lower bound and
-the statistics of its iterations. Depth 1 is solved here directly; depth 2 runs in
-`_depth2.py` over one or many such searches at once, and deeper trees in `_deep.py`.
+`Search` holds what every route shares: the problems, the frozen `SearchOptions`, the
+`Incumbents` and the `SearchStats` of all its problems (a single solve has one).
+Depth 1 is solved here directly; depth 2 runs in `_depth2.py` over every problem of a
+search at once, and deeper trees in `_deep.py` and `_appendix.py`, one problem each.
 """
 
 from __future__ import annotations
 
-import time
+import functools
 
 import numpy as np
 
 from ._data import Problem
 from ._host import best_stump, position_threshold
-from ._runner import KernelRunner, pow2_at_least
-
-# Regression and fractional weights: prune only when LB > U + RTOL*|U| + ATOL*scale.
-RTOL = 1e-9
-ATOL = 1e-12
+from ._runner import KernelRunner
+from ._state import Incumbents, SearchOptions, SearchStats
 
 
 class Search:
-    """Search state of one problem (or a `Problem.compact` subset of one).
+    """Search state of `n_problems` problems solved together.
 
-    `cutoff` starts the search with an upper bound that no tree achieves yet: every
-    tree that cannot beat it is pruned, so when none is found the optimum is proved to
-    be at least `cutoff` (deeper trees use this for their subtrees).
+    `cutoff` (a number, or one per problem) starts each incumbent at an upper bound
+    that no tree achieves yet (see `Incumbents`). The single-problem accessors
+    (`problem`, `incumbent`, `offer`, ...) are for searches of one problem.
     """
 
-    def __init__(self, problem: Problem, *, bound, s, time_limit, progress, capacity, start,
-                 runner: KernelRunner | None = None, cutoff: float = np.inf):
-        self.problem = problem
-        self.bound = bound
-        self.s = s
-        self.time_limit = time_limit
-        self.progress = progress
-        self.capacity = pow2_at_least(capacity)
-        self.start = start
-        self.exact = problem.loss_kind == "count"
-        scale = float(problem.weight.sum())
-        if problem.loss_kind == "sse":
-            scale = float(problem.stats[:, -1].sum())  # total squared error of the root
-        self.atol = ATOL * scale if scale > 0 else np.finfo(float).tiny  # scale-invariant
+    def __init__(self, problems: list[Problem], options: SearchOptions, *,
+                 runner: KernelRunner | None = None, cutoff=np.inf):
+        self.problems = list(problems)
+        self.options = options
         self.runner = runner
-        self.incumbent = float(cutoff)
-        self._splits = None
-        # (f0, t, f1, f2) of a depth-2 incumbent found by `_depth2` (None otherwise)
-        self.depth2_spec: tuple[int, int, int, int] | None = None
-        self.lower_bound = -np.inf
-        self.status = "optimal"
-        self.iterations = 0
-        self.frontier_sizes: list[int] = []
-        self.capacity_history: list[int] = []
-        self.tuples_explored = 0
-
-    # -- incumbent and pruning ------------------------------------------------------
-    def tolerance(self) -> float:
-        return 0.0 if self.exact else RTOL * abs(self.incumbent) + self.atol
-
-    def can_improve(self, lower: np.ndarray) -> np.ndarray:
-        """True where a lower bound does not rule out beating the incumbent."""
-        if self.exact:  # integer counts: the incumbent is achieved, ties need not be kept
-            return lower < self.incumbent
-        return lower <= self.incumbent + self.tolerance()
-
-    def offer(self, value: float, splits) -> None:
-        """A tree achieving `value`: its split spec, or a function that builds it.
-
-        Building a spec costs host stump searches; most incumbents are replaced
-        before the end, so the searches pass functions and only the last one runs.
-        """
-        if value < self.incumbent:
-            self.incumbent = float(value)
-            self._splits = splits
+        self.incumbents = Incumbents(self.problems, cutoff)
+        self.stats = SearchStats(len(self.problems))
 
     @property
-    def splits(self):
-        """Split spec of the incumbent (None: no tree beats the cutoff)."""
-        if callable(self._splits):
-            self._splits = self._splits()
-        return self._splits
+    def n_problems(self) -> int:
+        return len(self.problems)
 
-    def stump_splits(self, mask: np.ndarray, feature: int | None = None):
-        return stump_splits(self.problem, mask, feature)
+    # -- one problem ----------------------------------------------------------------
+    @property
+    def problem(self) -> Problem:
+        (problem,) = self.problems
+        return problem
 
-    def depth2_splits(self, f0: int, t: int, f1: int, f2: int, mask: np.ndarray | None = None):
-        return depth2_splits(self.problem, f0, t, f1, f2, mask)
+    @property
+    def incumbent(self) -> float:
+        return self.incumbents.value[0]
+
+    @property
+    def exact(self) -> bool:
+        return bool(self.incumbents.exact[0])
+
+    def can_improve(self, lower: np.ndarray) -> np.ndarray:
+        return self.incumbents.can_improve(lower, 0)
+
+    def offer(self, value: float, splits) -> None:
+        self.incumbents.offer(0, value, splits)
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self.start
+        return self.options.elapsed()
 
-    # -- depth 1 --------------------------------------------------------------------
-    def solve_depth1(self) -> None:
-        loss, splits = self.stump_splits(np.ones(self.problem.n, dtype=bool))
-        self.offer(loss, splits)
-        self.lower_bound = self.incumbent - self.tolerance()
+    # -- results ----------------------------------------------------------------------
+    def splits(self, q: int = 0):
+        """Split spec of problem q's incumbent (None: no tree beats the cutoff)."""
+        splits = self.deferred_splits(q)
+        if callable(splits):
+            splits = splits()
+            self.incumbents.splits[q] = splits  # built once; `deferred_splits` looks here first
+        return splits
 
-    def begin_iteration(self, tuple_lb: np.ndarray) -> bool:
-        """Record the proved bound; False (status "time_limit") when time is up."""
-        self.lower_bound = min(self.incumbent, float(tuple_lb.min())) - self.tolerance()
-        if self.time_limit is not None and self.elapsed() > self.time_limit:
-            self.status = "time_limit"
+    def deferred_splits(self, q: int = 0):
+        """Split spec of problem q's incumbent, or a function that builds it.
+
+        A function of the problem, not of the search, so that it holds no reference
+        back to the search: a batch's searches are then freed as soon as it ends
+        rather than by the cyclic garbage collector.
+        """
+        spec = self.incumbents.depth2_spec[q]
+        if self.incumbents.splits[q] is None and spec[0] >= 0:
+            return functools.partial(depth2_splits, self.problems[q], *(int(v) for v in spec))
+        return self.incumbents.splits[q]
+
+    def outcome(self, q: int = 0) -> tuple[float, float, object]:
+        """`(lower bound, objective or inf, splits)` of problem q, for use as a subtree.
+
+        `splits` is None when no tree beats the cutoff, and may be a function that
+        builds the spec (see `Incumbents.offer`): most subtrees never become part of
+        the answer.
+        """
+        inc = self.incumbents
+        upper = inc.value[q] if inc.found(q) else np.inf
+        if not self.stats.timed_out[q]:
+            return inc.value[q] - inc.tolerance(q), upper, self.deferred_splits(q)
+        return min(inc.lower_bound[q], inc.value[q]), upper, self.deferred_splits(q)
+
+    # -- iterations -------------------------------------------------------------------
+    def begin_iteration(self, tuple_lb: np.ndarray, problem_of: np.ndarray | None = None
+                        ) -> bool:
+        """Record proved bounds before an iteration over tuples with bounds `tuple_lb`
+        of problems `problem_of` (default: all of problem 0); False (status
+        "time_limit" for the problems still searching) when time is up."""
+        n_problems, inc = self.n_problems, self.incumbents
+        if problem_of is None:
+            problem_of = np.zeros(len(tuple_lb), dtype=np.int64)
+        frontier = np.bincount(problem_of, minlength=n_problems)
+        inc.prove_optimal(np.nonzero((frontier == 0) & np.isneginf(inc.lower_bound))[0])
+        best = np.full(n_problems, np.inf)
+        np.minimum.at(best, problem_of, tuple_lb)
+        live = np.nonzero(frontier)[0]
+        inc.lower_bound[live] = np.minimum(inc.value[live], best[live]) - inc.tolerance(live)
+        if self.options.out_of_time():
+            self.stats.timed_out[live] = True
             return False
-        self.iterations += 1
-        self.frontier_sizes.append(len(tuple_lb))
-        self.tuples_explored += len(tuple_lb)
+        self.stats.count_iteration(live, frontier)
         return True
 
-    def report(self, tuple_lb: np.ndarray) -> None:
-        if self.progress is None:
+    def report(self, tuple_lb: np.ndarray, problem_of: np.ndarray | None = None) -> None:
+        """Call the progress callback after an iteration that left tuples `tuple_lb`.
+
+        The incumbent and lower bound are summed over the search's problems (one, in
+        a single solve); `active` problems still have tuples, `solved` ones do not.
+        """
+        if self.options.progress is None:
             return
-        lower = min(self.incumbent, float(tuple_lb.min(initial=np.inf)))
-        self.progress(
+        if problem_of is None:
+            problem_of = np.zeros(len(tuple_lb), dtype=np.int64)
+        best = np.full(self.n_problems, np.inf)
+        np.minimum.at(best, problem_of, tuple_lb)
+        incumbent = float(self.incumbents.value.sum())
+        lower = float(np.minimum(self.incumbents.value, best).sum())
+        active = len(np.unique(problem_of))
+        self.options.progress(
             {
-                "iteration": self.iterations,
+                "iteration": int(self.stats.iterations.max()),
                 "frontier": int(len(tuple_lb)),
-                "incumbent": self.incumbent,
+                "incumbent": incumbent,
                 "lower_bound": lower,
-                "gap": self.incumbent - lower,
+                "gap": incumbent - lower,
+                "active": active,
+                "solved": self.n_problems - active,
                 "elapsed": self.elapsed(),
             }
         )
 
-    def outcome(self) -> tuple[float, float, object]:
-        """`(lower bound, objective or inf, splits)` for use as a subtree.
-
-        `splits` is None when no tree beats the cutoff, and may be a function that
-        builds the spec (see `offer`): most subtrees never become part of the answer.
-        """
-        found = self._splits is not None
-        upper = self.incumbent if found else np.inf
-        if self.status == "optimal":
-            return self.incumbent - self.tolerance(), upper, self._splits
-        return min(self.lower_bound, self.incumbent), upper, self._splits
+    # -- depth 1 --------------------------------------------------------------------
+    def solve_depth1(self) -> None:
+        for q, problem in enumerate(self.problems):
+            loss, splits = stump_splits(problem, np.ones(problem.n, dtype=bool))
+            self.incumbents.offer(q, loss, splits)
+        self.incumbents.prove_optimal(np.arange(self.n_problems))
 
 
 def stump_splits(problem: Problem, mask: np.ndarray, feature: int | None = None):
@@ -147,10 +163,7 @@ def depth2_splits(problem: Problem, f0: int, t: int, f1: int, f2: int,
                   mask: np.ndarray | None = None):
     """Spec of the root cut t of f0 with the best stumps on f1 (left), f2 (right).
 
-    `mask`: the samples the tree is for (default all). A function of the problem, not
-    of a `Search`, so that an incumbent's deferred spec (`Search.offer`) holds no
-    reference back to its search: a batch's searches are then freed as soon as it
-    ends rather than by the cyclic garbage collector (3% of a 1,000-problem batch).
+    `mask`: the samples the tree is for (default all).
     """
     k = int(problem.cut_pos[f0, t])
     left = problem.rank[f0] < k

@@ -8,7 +8,6 @@ depth-2 (or deeper) searches on subsets of the same arrays.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +22,7 @@ from ._depth2 import solve_depth2
 from ._host import build_tree, tree_objective
 from ._runner import COUNTER_NAMES, Counters
 from ._search import Search
+from ._state import SearchOptions
 from ._tree import Tree
 
 BOUNDS = ("w0", "w1", "w2", "l2")
@@ -48,6 +48,9 @@ class SolveResult:
     - `status`: `"optimal"` or `"time_limit"`.
     - `stats`: iterations, frontier size per iteration, compile and solve seconds, ...
     - `classes`: the original labels (classification), in `tree.value` column order.
+
+    `predict(X)` gives the tree's predictions as labels (classification) or target
+    means; `tree.predict(X)` gives class codes, indices into `classes`.
     """
 
     tree: Tree
@@ -60,6 +63,13 @@ class SolveResult:
     depth: int
     classes: np.ndarray | None
     n_features: int
+
+    def predict(self, X) -> np.ndarray:
+        """Predicted class labels `(n,)` (classification) or target means `(n, m)`."""
+        predicted = self.tree.predict(np.asarray(X, dtype=np.float64))
+        if self.classes is not None:
+            return self.classes[predicted]
+        return predicted
 
     def __repr__(self) -> str:
         return (
@@ -125,7 +135,8 @@ def solve(
     - `time_limit`: seconds (None or inf: no limit); when exceeded the best tree so far
       is returned with status `"time_limit"` and a proved lower bound.
     - `progress`: called after every iteration with a dict (`iteration`, `frontier`,
-      `incumbent`, `lower_bound`, `gap`, `elapsed`).
+      `incumbent`, `lower_bound`, `gap`, `active`, `solved`, `elapsed`), the same keys
+      as `solve_batch`'s (`active` is 1 while tuples remain, `solved` then 0).
     - `initial_capacity`: tuples processed per block at first; doubles (up to 4096)
       while the frontier is larger, and larger frontiers are processed in blocks.
     - `route`: how depth 3 is searched: `"recursion"` (default; Quant-BnB over the root
@@ -138,7 +149,7 @@ def solve(
     !!! Example
         ```python
         result = qbnb_jax.solve(X, y, task="classification", depth=2)
-        result.objective, result.tree.predict(X)
+        result.objective, result.predict(X)
         ```
     """
     _check_options(depth, bound, s, time_limit, route)
@@ -146,53 +157,54 @@ def solve(
         not isinstance(initial_capacity, (int, np.integer)) or initial_capacity < 1
     ):
         raise ValueError(f"initial_capacity must be a positive integer; got {initial_capacity!r}.")
-    if time_limit is not None and np.isinf(time_limit):
-        time_limit = None
     enable_persistent_cache()
-    start = time.perf_counter()
+    options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress,
+                                 capacity=initial_capacity)
     problem = make_problem(X, y, task=task, sample_weight=sample_weight)
     with jax.enable_x64(True):
-        options = dict(bound=bound, s=int(s), time_limit=time_limit, progress=progress,
-                       capacity=initial_capacity or 64, start=start)
         if depth <= 2:
-            search = Search(problem, **options)
-            search.solve_depth1() if depth == 1 else solve_depth2([search])
+            search = Search([problem], options)
+            search.solve_depth1() if depth == 1 else solve_depth2(search)
         elif route == "appendix":
-            search = AppendixSearch(problem, **options)
+            search = AppendixSearch(problem, options)
             search.solve_appendix()
         else:
-            search = DeepSearch(problem, depth=depth, **options)
+            search = DeepSearch(problem, options, depth=depth)
             search.solve_deep()
     return _make_result(search, depth)
 
 
 def _counter_values(counters: Counters) -> dict[str, float]:
-    # Scalar fields: a plain read, not `dataclasses.asdict`'s deep copy (30 ms a batch).
+    # Scalar fields: a plain read, not `dataclasses.asdict`'s deep copy.
     return {name: getattr(counters, name) for name in COUNTER_NAMES}
 
 
-def _make_result(search: Search, depth: int, built: tuple[Tree, float] | None = None
-                 ) -> SolveResult:
-    """The result of a finished search; `built`: its tree and objective, if known."""
-    problem = search.problem
+def _make_result(search: Search, depth: int, q: int = 0,
+                 built: tuple[Tree, float] | None = None) -> SolveResult:
+    """The result of problem q of a finished search; `built`: its tree and objective,
+    if known."""
+    problem = search.problems[q]
     if built is None:
-        tree = build_tree(problem, search.splits)
+        tree = build_tree(problem, search.splits(q))
         objective = tree_objective(tree, problem)
     else:
         tree, objective = built
-    lower = max(0.0, min(search.lower_bound, objective))  # losses are never negative
-    if search.status == "optimal" and search.exact:
+    status = search.stats.status(q)
+    # losses are never negative
+    lower = max(0.0, min(float(search.incumbents.lower_bound[q]), objective))
+    if status == "optimal" and search.incumbents.exact[q]:
         lower = objective
+    frontier_sizes = search.stats.frontier_sizes[q]
     stats = {
-        "iterations": search.iterations,
-        "frontier_sizes": search.frontier_sizes,
-        "peak_frontier": max(search.frontier_sizes, default=0),
-        "tuples_explored": search.tuples_explored,
-        "capacity_history": search.capacity_history,
+        "iterations": int(search.stats.iterations[q]),
+        "frontier_sizes": frontier_sizes,
+        "peak_frontier": max(frontier_sizes, default=0),
+        "tuples_explored": int(search.stats.tuples_explored[q]),
+        "capacity_history": search.stats.capacity_history[q],
         **_counter_values(search.runner.counters if search.runner else Counters()),
         "subproblems": getattr(search, "subproblems", 0),
-        "bound": search.bound,
-        "s": search.s,
+        "bound": search.options.bound,
+        "s": search.options.s,
     }
     total = search.elapsed()
     stats["solve_seconds"] = total - stats["compile_seconds"]
@@ -202,7 +214,7 @@ def _make_result(search: Search, depth: int, built: tuple[Tree, float] | None = 
         objective=objective,
         lower_bound=float(lower),
         gap=float(max(0.0, objective - lower)),
-        status=search.status,
+        status=status,
         stats=stats,
         task=problem.task,
         depth=depth,

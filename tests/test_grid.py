@@ -10,7 +10,7 @@ from qbnb_jax._data import make_problem
 from qbnb_jax._host import build_tree, depth2_trees_shared, stumps_of_all_shared, tree_objective
 from qbnb_jax._kernels import SweepData, sweep_full, sweep_grid
 from qbnb_jax._runner import KernelRunner
-from qbnb_jax._search import Search
+from qbnb_jax._search import depth2_splits
 
 
 def shared_batch(seed: int, n: int, p: int, P: int, n_classes: int = 2, scale: int = 1):
@@ -102,9 +102,7 @@ def test_depth2_trees_shared_equal_build_tree(n_classes):
         built = depth2_trees_shared(problems, tables.cut_pos, tables.cut_valid,
                                     np.array(specs))
         for pr, spec, (tree, objective) in zip(problems, specs, built):
-            search = Search(pr, bound="w0", s=3, time_limit=None, progress=None,
-                            capacity=64, start=0.0)
-            want = build_tree(pr, search.depth2_splits(*spec))
+            want = build_tree(pr, depth2_splits(pr, *spec))
             assert objective == tree_objective(want, pr)
             for field in ("children_left", "children_right", "feature", "threshold",
                           "value", "weighted_n_node_samples"):
@@ -137,8 +135,8 @@ def test_batch_halves_on_two_threads_equal_one_by_one(monkeypatch):
     parts = []
     solve_stacked = _batch._solve_stacked
     monkeypatch.setattr(_batch, "_solve_stacked",
-                        lambda base, rows, options: (parts.append(len(rows)),
-                                                     solve_stacked(base, rows, options))[1])
+                        lambda base, rows, *options: (parts.append(len(rows)),
+                                                      solve_stacked(base, rows, *options))[1])
     split = qbnb_jax.solve_batch(X, y, W, task="classification")
     assert sorted(parts) == [22, 23]
     assert split[0].stats["rows_evaluated"] == split[-1].stats["rows_evaluated"] > 0
@@ -174,7 +172,7 @@ def test_batch_halves_reraise_an_error(monkeypatch):
     monkeypatch.setattr(_batch, "SPLIT_FROM", 4)
     monkeypatch.setattr(_batch, "THREADS", 2)
 
-    def fail(base, rows, options):
+    def fail(base, rows, *options):
         raise RuntimeError("a half failed")
 
     monkeypatch.setattr(_batch, "_solve_stacked", fail)
