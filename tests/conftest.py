@@ -1,15 +1,53 @@
-"""Test configuration: float64 in JAX and a persistent compilation cache."""
+"""Test configuration: a persistent compilation cache, the `slow` marker, test imports.
+
+**No global 64-bit mode.** JAX's `jax_enable_x64` is not turned on here: the library
+must turn it on itself where it needs it (`solve` and `solve_batch` run their kernels
+under `jax.enable_x64(True)`), and a global switch in the tests would hide a public
+entry point that forgot to. Tests that build device arrays or call the kernels
+directly (`SweepData`, `KernelRunner`, `sweep_*`) wrap that in
+`with jax.enable_x64(True):` themselves, as the library does.
+
+**Slow tests.** Tests marked `@pytest.mark.slow` (long random sweeps, long runs) are
+skipped by default, so that `python -m pytest -q` stays a few minutes on two cores.
+To run them:
+
+    QBNB_SLOW=1 python -m pytest -q                  # everything, slow tests included
+    python -m pytest -q -m slow                      # the slow tests only
+    python -m pytest -q -m "slow or not slow"        # everything
+
+Any `-m` expression selects on its own (the default skip is then off), and
+`QBNB_SLOW=0` (or unset) keeps the default.
+
+The compilation cache lives in `.jax_cache` at the repository root (ignored by git), or
+where `QBNB_JAX_CACHE` points.
+"""
 
 import os
 import pathlib
 import sys
 
 import jax
+import pytest
 
-jax.config.update("jax_enable_x64", True)
 _CACHE = pathlib.Path(__file__).resolve().parents[1] / ".jax_cache"
 jax.config.update("jax_compilation_cache_dir", os.environ.get("QBNB_JAX_CACHE", str(_CACHE)))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 # make `import helpers` work from the test modules
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+
+def run_slow(config) -> bool:
+    """Whether slow tests run: `-m` given, or QBNB_SLOW set to something other than 0."""
+    return bool(config.getoption("markexpr", default="")) or os.environ.get(
+        "QBNB_SLOW", "0"
+    ).strip() not in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    if run_slow(config):
+        return
+    skip = pytest.mark.skip(reason="slow: run with QBNB_SLOW=1 or -m slow (tests/conftest.py)")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)

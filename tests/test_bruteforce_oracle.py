@@ -1,6 +1,12 @@
-"""Checks of the test oracle itself (tests/helpers.py), independent of qbnb_jax."""
+"""Checks of the test oracle itself (tests/helpers.py), independent of qbnb_jax.
+
+Random checks are one test per draw: each group's draws come in sequence from one seeded
+generator, once per session (`draws`), as the loops these tests replaced drew them.
+"""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pytest
@@ -90,114 +96,159 @@ def test_degenerate_inputs():
     assert brute_force(X, y, np.zeros(5), task="classification", depth=2) == 0
 
 
-def test_leaf_loss_two_pass_matches_definition():
+@functools.cache
+def draws(group: str, count: int, *args) -> tuple:
+    """The `count` draws of a test group, in sequence from one seeded generator."""
+    return tuple(DRAWS[group](count, *args))
+
+
+def _draw_leaf(count):
     rng = np.random.default_rng(1)
-    for _ in range(20):
+    for _ in range(count):
         n, m = int(rng.integers(1, 12)), int(rng.integers(1, 4))
         Y = rng.normal(size=(n, m)) * 100 + 1e6
         w = rng.uniform(0, 2, size=n)
         mask = rng.random(n) < 0.7
-        got = leaf_losses(mask[None], Y, w, "regression")[0]
-        ww = w[mask]
-        mu = (ww[:, None] * Y[mask]).sum(0) / ww.sum() if mask.any() else 0.0
-        want = np.sum(ww[:, None] * (Y[mask] - mu) ** 2)
-        assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+        yield Y, w, mask
 
 
-def test_candidate_splits_cover_all_thresholds():
+@pytest.mark.parametrize("it", range(20))
+def test_leaf_loss_two_pass_matches_definition(it):
+    Y, w, mask = draws("leaf", 20)[it]
+    got = leaf_losses(mask[None], Y, w, "regression")[0]
+    ww = w[mask]
+    mu = (ww[:, None] * Y[mask]).sum(0) / ww.sum() if mask.any() else 0.0
+    want = np.sum(ww[:, None] * (Y[mask] - mu) ** 2)
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+def _draw_splits(count):
     rng = np.random.default_rng(2)
-    for _ in range(20):
-        P = random_problem(rng, "classification", int(rng.integers(1, 15)), 3)
-        G = candidate_splits(P.X)
-        rows = {g.tobytes() for g in G}
-        for f in range(P.p):
-            for thr in np.concatenate([[-np.inf, np.inf], np.unique(P.X[:, f])]):
-                go_left = P.X[:, f] <= thr
-                assert go_left.tobytes() in rows or (~go_left).tobytes() in rows
+    for _ in range(count):
+        yield random_problem(rng, "classification", int(rng.integers(1, 15)), 3)
 
 
-@pytest.mark.parametrize("task,k", TASKS)
-def test_matches_full_enumeration(task, k):
-    """The memoised recursion equals a minimum over every complete tree (120 problems)."""
+@pytest.mark.parametrize("it", range(20))
+def test_candidate_splits_cover_all_thresholds(it):
+    P = draws("splits", 20)[it]
+    G = candidate_splits(P.X)
+    rows = {g.tobytes() for g in G}
+    for f in range(P.p):
+        for thr in np.concatenate([[-np.inf, np.inf], np.unique(P.X[:, f])]):
+            go_left = P.X[:, f] <= thr
+            assert go_left.tobytes() in rows or (~go_left).tobytes() in rows
+
+
+def _draw_enumeration(count, task, k):
     rng = np.random.default_rng(seed_of(task, k))
-    for it in range(30):
+    for it in range(count):
         depth = [1, 2, 3][it % 3]
         n = int(rng.integers(1, {1: 12, 2: 9, 3: 6}[depth]))
         p = int(rng.integers(1, {1: 4, 2: 3, 3: 3}[depth]))
-        P = random_problem(rng, task, n, p, k)
-        got = brute_force(P.X, P.y, P.w, task=task, depth=depth)
-        want = _enumerated_optimum(P.X, P.y, P.w, task, depth)
-        assert _close(got, want, task), (it, got, want)
+        yield depth, random_problem(rng, task, n, p, k)
 
 
+@pytest.mark.parametrize("it", range(30))
 @pytest.mark.parametrize("task,k", TASKS)
-def test_invariances(task, k):
-    """Depth monotonicity, row order, zero-weight rows, monotone feature maps, integer
-    weights == repeated rows (40 problems per task)."""
+def test_matches_full_enumeration(task, k, it):
+    """The memoised recursion equals a minimum over every complete tree (30 problems per
+    case, 120 in all)."""
+    depth, P = draws("enumeration", 30, task, k)[it]
+    got = brute_force(P.X, P.y, P.w, task=task, depth=depth)
+    want = _enumerated_optimum(P.X, P.y, P.w, task, depth)
+    assert _close(got, want, task), (it, got, want)
+
+
+def _draw_invariances(count, task, k):
     rng = np.random.default_rng(1000 + seed_of(task, k))
-    for it in range(40):
+    for _ in range(count):
         n, p = int(rng.integers(1, 25)), int(rng.integers(1, 4))
         P = random_problem(rng, task, n, p, k, weights="int")
-        depth = 1 + it % 2
-        bf = BruteForce(P.X, P.y, P.w, task)
-        vals = [bf.best(d) for d in range(depth + 1)]
-        scale = float(np.sum(P.w))
-        assert all(vals[d + 1] <= vals[d] + 1e-9 * max(1.0, vals[d]) for d in range(depth))
-        assert vals[0] == pytest.approx(
-            leaf_losses(np.ones((1, n), bool), _encode_targets(P.y, task), P.w, task)[0],
-            rel=1e-12,
-            abs=1e-12,
-        )
-        opt = vals[depth]
-        # permuted rows
-        perm = rng.permutation(n)
-        got = brute_force(P.X[perm], P.y[perm], P.w[perm], task=task, depth=depth)
-        assert _close(got, opt, task, scale)
-        # strictly increasing feature transforms
-        Xt = np.column_stack([np.exp(P.X[:, 0] / 5.0), -1.0 / (1.0 + np.exp(-P.X[:, 1:]))])
-        assert _close(brute_force(Xt, P.y, P.w, task=task, depth=depth), opt, task, scale)
-        # integer weights == repeated rows, zero weights == absent rows
-        rep = np.repeat(np.arange(n), P.w.astype(int))
-        got = brute_force(P.X[rep], P.y[rep], None, task=task, depth=depth)
-        assert _close(got, opt, task, scale), (it, got, opt)
-        # scaling all weights scales the optimum
-        got = brute_force(P.X, P.y, 2.5 * P.w, task=task, depth=depth)
-        assert _close(got, 2.5 * opt, task, scale)
+        yield P, rng.permutation(n)
 
 
-def test_regression_stump_matches_sklearn():
+@pytest.mark.parametrize("it", range(40))
+@pytest.mark.parametrize("task,k", TASKS)
+def test_invariances(task, k, it):
+    """Depth monotonicity, row order, zero-weight rows, monotone feature maps, integer
+    weights == repeated rows (40 problems per case)."""
+    P, perm = draws("invariances", 40, task, k)[it]
+    n = P.n
+    depth = 1 + it % 2
+    bf = BruteForce(P.X, P.y, P.w, task)
+    vals = [bf.best(d) for d in range(depth + 1)]
+    scale = float(np.sum(P.w))
+    assert all(vals[d + 1] <= vals[d] + 1e-9 * max(1.0, vals[d]) for d in range(depth))
+    assert vals[0] == pytest.approx(
+        leaf_losses(np.ones((1, n), bool), _encode_targets(P.y, task), P.w, task)[0],
+        rel=1e-12,
+        abs=1e-12,
+    )
+    opt = vals[depth]
+    # permuted rows
+    got = brute_force(P.X[perm], P.y[perm], P.w[perm], task=task, depth=depth)
+    assert _close(got, opt, task, scale)
+    # strictly increasing feature transforms
+    Xt = np.column_stack([np.exp(P.X[:, 0] / 5.0), -1.0 / (1.0 + np.exp(-P.X[:, 1:]))])
+    assert _close(brute_force(Xt, P.y, P.w, task=task, depth=depth), opt, task, scale)
+    # integer weights == repeated rows, zero weights == absent rows
+    rep = np.repeat(np.arange(n), P.w.astype(int))
+    got = brute_force(P.X[rep], P.y[rep], None, task=task, depth=depth)
+    assert _close(got, opt, task, scale), (it, got, opt)
+    # scaling all weights scales the optimum
+    got = brute_force(P.X, P.y, 2.5 * P.w, task=task, depth=depth)
+    assert _close(got, 2.5 * opt, task, scale)
+
+
+def _draw_stumps(count):
+    rng = np.random.default_rng(3)
+    for _ in range(count):
+        n, p, m = int(rng.integers(2, 40)), int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        yield random_problem(rng, "regression", n, p, m, weights="mixed")
+
+
+@pytest.mark.parametrize("it", range(60))
+def test_regression_stump_matches_sklearn(it):
     """CART's exhaustive split search is exact for squared error at depth 1 (60 problems)."""
     tree = pytest.importorskip("sklearn.tree")
-    rng = np.random.default_rng(3)
-    for it in range(60):
-        n, p, m = int(rng.integers(2, 40)), int(rng.integers(1, 4)), int(rng.integers(1, 4))
-        P = random_problem(rng, "regression", n, p, m, weights="mixed")
-        if P.w.sum() == 0:
-            continue
-        sk = tree.DecisionTreeRegressor(max_depth=1, random_state=0).fit(
-            P.X, P.y, sample_weight=P.w
-        )
-        sk_loss = partition_loss(sk.apply(P.X.astype(np.float32)), P.y, P.w, "regression")
-        got = brute_force(P.X, P.y, P.w, task="regression", depth=1)
-        assert got == pytest.approx(sk_loss, rel=1e-7, abs=1e-9), it
+    P = draws("stumps", 60)[it]
+    if P.w.sum() == 0:
+        pytest.skip("every weight is zero")
+    sk = tree.DecisionTreeRegressor(max_depth=1, random_state=0).fit(
+        P.X, P.y, sample_weight=P.w
+    )
+    sk_loss = partition_loss(sk.apply(P.X.astype(np.float32)), P.y, P.w, "regression")
+    got = brute_force(P.X, P.y, P.w, task="regression", depth=1)
+    assert got == pytest.approx(sk_loss, rel=1e-7, abs=1e-9), it
 
 
-def test_greedy_trees_are_upper_bounds():
-    tree = pytest.importorskip("sklearn.tree")
+def _draw_greedy(count):
     rng = np.random.default_rng(4)
-    for it in range(40):
+    for it in range(count):
         task, k = TASKS[it % 4]
         n, p = int(rng.integers(2, 40)), int(rng.integers(1, 4))
-        P = random_problem(rng, task, n, p, k)
-        if P.w.sum() == 0:
-            continue
-        for depth in (2, 3) if n <= 15 else (2,):
-            cls = (
-                tree.DecisionTreeClassifier
-                if task == "classification"
-                else tree.DecisionTreeRegressor
-            )
-            sk = cls(max_depth=depth, random_state=0).fit(P.X, P.y, sample_weight=P.w)
-            sk_loss = partition_loss(sk.apply(P.X.astype(np.float32)), P.y, P.w, task)
-            got = brute_force(P.X, P.y, P.w, task=task, depth=depth)
-            assert got <= sk_loss + 1e-9 * max(1.0, sk_loss), (it, depth)
+        yield random_problem(rng, task, n, p, k)
+
+
+@pytest.mark.parametrize("it", range(40))
+def test_greedy_trees_are_upper_bounds(it):
+    """CART's greedy trees are never better than the brute-force optimum (40 problems)."""
+    tree = pytest.importorskip("sklearn.tree")
+    P = draws("greedy", 40)[it]
+    task = P.task
+    if P.w.sum() == 0:
+        pytest.skip("every weight is zero")
+    for depth in (2, 3) if P.n <= 15 else (2,):
+        cls = (
+            tree.DecisionTreeClassifier
+            if task == "classification"
+            else tree.DecisionTreeRegressor
+        )
+        sk = cls(max_depth=depth, random_state=0).fit(P.X, P.y, sample_weight=P.w)
+        sk_loss = partition_loss(sk.apply(P.X.astype(np.float32)), P.y, P.w, task)
+        got = brute_force(P.X, P.y, P.w, task=task, depth=depth)
+        assert got <= sk_loss + 1e-9 * max(1.0, sk_loss), (it, depth)
+
+
+DRAWS = {"leaf": _draw_leaf, "splits": _draw_splits, "enumeration": _draw_enumeration,
+         "invariances": _draw_invariances, "stumps": _draw_stumps, "greedy": _draw_greedy}
