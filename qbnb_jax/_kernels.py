@@ -163,7 +163,11 @@ class SweepData(eqx.Module):
             scan_dtype = first.stats.dtype
         if total is not None:
             scan_dtype = count_dtype(total, scan_dtype)
-        if total is not None and not binary and first.n_channels > 2:
+        plan = execution_plan()
+        # The parallel plan scans whole (K, n, lanes) blocks: packing classes into
+        # fewer lanes pays there. The sequential plan's running sums are cheap per
+        # lane, and unpacking each position's fields would cost more than it saves.
+        if total is not None and not binary and first.n_channels > 2 and plan == "parallel":
             field_bits = packing_bits(total)
             scan_dtype = np.int64
         # Bucketed problem counts share compiled kernels; padding problems stay zero.
@@ -186,7 +190,7 @@ class SweepData(eqx.Module):
             field_bits=field_bits,
             n_classes=first.n_channels,
             scan_dtype=np.dtype(scan_dtype).name,
-            plan=execution_plan(),
+            plan=plan,
         )
 
     @property
