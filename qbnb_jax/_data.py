@@ -7,6 +7,8 @@ device kernels only read the arrays it holds (DESIGN.md section 2).
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import math
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -61,6 +63,29 @@ class Problem:
     y_offset: np.ndarray | None  # regression: the weighted mean removed from y
     y: np.ndarray  # encoded labels (n,) or centred targets (n, m)
     weight: np.ndarray  # float64 (n,)
+    # Regression: `stats` and `slack_left` hold weight * 2**weight_exponent and y *
+    # 2**target_exponent, powers of two chosen so that the search's sums neither
+    # underflow nor overflow (`_search_exponents`); exact, so they change no decision.
+    # `weight`, `y` and `y_offset` stay in the caller's units, for the tree's values
+    # and objective.
+    weight_exponent: int = 0
+    target_exponent: int = 0
+
+    @property
+    def loss_exponent(self) -> int:
+        """A loss or bound computed from `stats` is the true one times 2**loss_exponent."""
+        return self.weight_exponent + 2 * self.target_exponent
+
+    def true_loss(self, value: float) -> float:
+        """A loss or bound computed from `stats`, in the caller's units (exact)."""
+        return float(np.ldexp(value, -self.loss_exponent))
+
+    def search_slack(self, idx: np.ndarray) -> np.ndarray:
+        """`sample_slack` of samples `idx` in the units of `stats`."""
+        y, w = self.y[idx], self.weight[idx]
+        if self.task == "regression":
+            y, w = np.ldexp(y, self.target_exponent), np.ldexp(w, self.weight_exponent)
+        return sample_slack(self.task, y, w)
 
     @property
     def n(self) -> int:
@@ -91,7 +116,7 @@ class Problem:
         vr = self.value_rank[np.arange(p)[:, None], kept]
         w = self.weight[idx]
         rank, value_rank, cut_valid, cut_pos, n_thresholds, slack_left = _presorted(
-            perm, vr[:, 1:] != vr[:, :-1], sample_slack(self.task, self.y[idx], w)
+            perm, vr[:, 1:] != vr[:, :-1], self.search_slack(idx)
         )
         return dataclasses.replace(
             self, X=self.X[idx], stats=self.stats[idx], perm=perm, rank=rank,
@@ -214,14 +239,168 @@ def _one_line(err: BaseException) -> str:
     return " ".join((str(err) or type(err).__name__).split())
 
 
-def _is_missing(value) -> bool:
-    """None or a float NaN (the missing-value markers of object arrays)."""
+def _missing_marker(value) -> str | None:
+    """How a missing value is spelled ("None", "NaN", "pd.NA", "NaT"); None if it is not one.
+
+    pandas' markers are recognised by type name, so pandas need not be installed.
+    """
     if value is None:
-        return True
+        return "None"
+    name = type(value).__name__
+    if name == "NAType":
+        return "pd.NA"
+    if name == "NaTType" or (isinstance(value, (np.datetime64, np.timedelta64))
+                             and bool(np.isnat(value))):
+        return "NaT"
     try:
-        return isinstance(value, (float, np.floating)) and bool(np.isnan(value))
+        if isinstance(value, (float, np.floating)) and bool(np.isnan(value)):
+            return "NaN"
     except TypeError:  # pragma: no cover - exotic float subclasses
-        return False
+        pass
+    return None
+
+
+def _is_time(value) -> bool:
+    """A date, time or duration (datetime, pandas Timestamp / Timedelta, numpy datetime64)."""
+    return isinstance(value, (datetime.date, datetime.time, datetime.timedelta,
+                              np.datetime64, np.timedelta64))
+
+
+def _where(shape: tuple, flat_index: int) -> str:
+    index = np.unravel_index(flat_index, shape)
+    if len(index) == 2:
+        return f"row {index[0]}, column {index[1]}"
+    return f"row {index[0]}" if len(index) == 1 else "the scalar"
+
+
+def _inexact_integer(name: str, value: int, where: str) -> str:
+    try:
+        read_as = f"it would be read as {float(value):.17g}, possibly merged with its neighbours"
+    except OverflowError:
+        read_as = "it is beyond float64's range"
+    return (f"{name} holds the integer {value} ({where}), which float64 cannot represent "
+            f"exactly: integers beyond 2**53 lose their low bits ({read_as}). Subtract an "
+            "offset so the values fit in 53 bits, or convert them to float yourself if the "
+            "rounding is acceptable.")
+
+
+def _check_exact_integers(arr: np.ndarray, name: str) -> None:
+    """Refuse a 64-bit integer array that float64 cannot hold exactly.
+
+    Converting it would merge distinct values (2**62 + 1 and 2**62 become one float), so
+    thresholds could no longer separate them and a claimed optimum would be wrong.
+    """
+    if arr.dtype.kind not in "iu" or arr.dtype.itemsize < 8 or arr.size == 0:
+        return  # int32 and narrower fit the 53-bit significand
+    as_float = arr.astype(np.float64)
+    # 2**63 (2**64 unsigned) is the first float past the type's range: it cannot cast back.
+    top = 2.0 ** (64 if arr.dtype.kind == "u" else 63)
+    in_range = (as_float < top) & (as_float >= -top)
+    back = np.where(in_range, as_float, 0.0).astype(arr.dtype)
+    inexact = ~in_range | (back != arr)
+    if inexact.any():
+        i = int(np.argmax(inexact.reshape(-1)))
+        value = int(arr.reshape(-1)[i])
+        raise ValueError(_inexact_integer(name, value, _where(arr.shape, i)))
+
+
+def _object_problem(arr: np.ndarray, name: str) -> str | None:
+    """What makes an object array unfit for float64: the first missing marker, date or
+    inexact integer, as a message; None when there is none (other values are left to
+    the numeric conversion, whose error names them)."""
+    for i, value in enumerate(arr.reshape(-1).tolist()):
+        marker = _missing_marker(value)
+        if marker is not None and marker != "NaN":  # NaN is a float: the finite check names it
+            return f"{name} contains missing values ({marker}) at {_where(arr.shape, i)}."
+        if _is_time(value):
+            return (f"{name} holds a date or time ({value!r}) at {_where(arr.shape, i)}; "
+                    "convert it to numbers.")
+        if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+            try:
+                exact = int(float(value)) == int(value)
+            except OverflowError:  # beyond float64's range altogether
+                exact = False
+            if not exact:
+                return _inexact_integer(name, int(value), _where(arr.shape, i))
+    return None
+
+
+def _as_float(arr: np.ndarray, name: str) -> np.ndarray:
+    """A numeric or object array as float64, refusing what float64 would misread."""
+    if arr.dtype.kind in "mM":
+        kind = "timedelta" if arr.dtype.kind == "m" else "datetime"
+        raise ValueError(f"{name} has {kind} dtype ({arr.dtype}); convert it to numbers.")
+    if arr.dtype == object:
+        problem = _object_problem(arr, name)
+        if problem is not None:
+            raise ValueError(problem)
+        try:
+            return arr.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{name} must be numeric; {_one_line(err)}.") from None
+    if not (np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)):
+        raise ValueError(f"{name} must be numeric; got dtype {arr.dtype}.")
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise ValueError(f"{name} must be real-valued; got complex numbers.")
+    _check_exact_integers(arr, name)
+    return arr.astype(np.float64)
+
+
+def _is_frame(X) -> bool:
+    """A pandas DataFrame (or alike): 2-D with per-column dtypes."""
+    return getattr(X, "ndim", None) == 2 and hasattr(X, "dtypes") and hasattr(X, "iloc")
+
+
+def _check_frame_columns(X, name: str) -> None:
+    """Refuse, naming the column, what converting a DataFrame to float64 would misread:
+    datetime columns, missing values (pd.NA in nullable columns, NaN, None) and integers
+    float64 cannot hold exactly (a frame of int and float columns converts to float64
+    silently)."""
+    for j, (label, dtype) in enumerate(X.dtypes.items()):
+        column = X.iloc[:, j]
+        what = f"{name} column {label!r}"
+        kind = getattr(dtype, "kind", "O")
+        if kind in "mM" or str(dtype).startswith("period"):
+            time_kind = "timedelta" if kind == "m" else "datetime"
+            raise ValueError(f"{what} has {time_kind} dtype ({dtype}); convert it to numbers.")
+        missing = np.asarray(column.isna(), dtype=bool)
+        if missing.any():
+            row = int(np.argmax(missing))
+            marker = _missing_marker(column.iloc[row]) or "NaN"
+            raise ValueError(f"{name} contains missing values ({marker}) in column {label!r} "
+                             f"(first at row {row}).")
+        if kind in "iu":
+            _check_exact_integers(column.to_numpy(dtype=np.uint64 if kind == "u" else np.int64),
+                                  what)
+        elif kind == "O":
+            problem = _object_problem(column.to_numpy(dtype=object), what)
+            if problem is not None:
+                raise ValueError(problem)
+
+
+def check_values(values, name: str) -> None:
+    """Refuse input that float64 would misread: dates, missing markers other than NaN
+    (pd.NA, None, NaT) and integers beyond float64's precision, with a message naming
+    the value (and a DataFrame's column), as `solve`'s conversion does. For the
+    estimators, before scikit-learn converts their input; other problems (strings,
+    NaN) are left to that conversion, whose message names them."""
+    if values is None:  # absent: the caller says so
+        return
+    if _is_frame(values):
+        _check_frame_columns(values, name)
+        return
+    try:
+        arr = np.asarray(values)
+    except Exception:  # ragged lists and the like: the converter explains
+        return
+    if arr.dtype.kind in "mM":
+        _as_float(arr, name)
+    elif arr.dtype == object:
+        problem = _object_problem(arr, name)
+        if problem is not None:
+            raise ValueError(problem)
+    else:
+        _check_exact_integers(arr, name)
 
 
 def check_task(task: str) -> Task:
@@ -232,19 +411,13 @@ def check_task(task: str) -> Task:
 
 def as_feature_matrix(X) -> np.ndarray:
     """Validate features: a finite, numeric, non-empty 2-D array."""
+    if _is_frame(X):  # its conversion to one array can be lossy: checked column by column
+        _check_frame_columns(X, "X")
     try:
         arr = np.asarray(X)
     except Exception as err:  # ragged lists and the like
         raise ValueError(f"X could not be read as an array: {_one_line(err)}") from None
-    if arr.dtype == object:  # e.g. lists mixing ints and floats, pandas nullable columns
-        try:
-            arr = arr.astype(np.float64)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"X must be numeric; {_one_line(err)}.") from None
-    if not (np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)):
-        raise ValueError(f"X must be numeric; got dtype {arr.dtype}.")
-    if np.issubdtype(arr.dtype, np.complexfloating):
-        raise ValueError("X must be real-valued; got complex numbers.")
+    arr = _as_float(arr, "X")
     if arr.ndim != 2:
         raise ValueError(
             f"X must be 2-D (n_samples, n_features); got shape {arr.shape}. "
@@ -254,7 +427,6 @@ def as_feature_matrix(X) -> np.ndarray:
         raise ValueError("X is empty: it has 0 samples.")
     if arr.shape[1] == 0:
         raise ValueError("X has 0 features.")
-    arr = arr.astype(np.float64)
     if not np.all(np.isfinite(arr)):
         bad = np.argwhere(~np.isfinite(arr))[0]
         raise ValueError(
@@ -263,21 +435,25 @@ def as_feature_matrix(X) -> np.ndarray:
     return arr
 
 
+def weight_values(sample_weight, n: int) -> np.ndarray:
+    """`sample_weight` as float64 values, a scalar repeated n times.
+
+    The one definition of which weight types are accepted, shared by `solve` and the
+    estimators: numbers of any numeric dtype, object arrays of numbers, not missing
+    markers, dates or integers float64 cannot hold exactly. Shape and values are
+    checked by the callers.
+    """
+    w = np.asarray(sample_weight)
+    if w.ndim == 0:
+        w = np.full(n, w)
+    return _as_float(w, "sample_weight")
+
+
 def as_sample_weight(sample_weight, n: int) -> tuple[np.ndarray, bool]:
     """Validate weights; returns float64 weights and whether all are integers."""
     if sample_weight is None:
         return np.ones(n), True
-    w = np.asarray(sample_weight)
-    if w.dtype == object:
-        try:
-            w = w.astype(np.float64)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"sample_weight must be numeric; {_one_line(err)}.") from None
-    if not (np.issubdtype(w.dtype, np.number) or np.issubdtype(w.dtype, np.bool_)):
-        raise ValueError(f"sample_weight must be numeric; got dtype {w.dtype}.")
-    if np.issubdtype(w.dtype, np.complexfloating):
-        raise ValueError("sample_weight must be real-valued; got complex numbers.")
-    w = w.astype(np.float64)
+    w = weight_values(sample_weight, n)
     if w.ndim != 1 or w.shape[0] != n:
         raise ValueError(f"sample_weight must have shape ({n},); got {w.shape}.")
     if not np.all(np.isfinite(w)):
@@ -306,8 +482,12 @@ def encode_labels(y, n: int) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("y contains NaN or infinity.")
     if arr.dtype.kind == "c":
         raise ValueError("Classification labels must not be complex numbers.")
-    if arr.dtype == object and any(_is_missing(v) for v in arr.tolist()):
-        raise ValueError("y contains NaN or None (missing labels are not allowed).")
+    if arr.dtype == object:
+        markers = [_missing_marker(v) for v in arr.tolist()]
+        found = next((m for m in markers if m is not None), None)
+        if found is not None:
+            raise ValueError(f"y contains a missing label ({found} at row "
+                             f"{markers.index(found)}): NaN, None and pd.NA are not allowed.")
     try:
         classes, codes = np.unique(arr, return_inverse=True)
     except TypeError as err:
@@ -316,17 +496,9 @@ def encode_labels(y, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def as_targets(y, n: int) -> np.ndarray:
-    arr = np.asarray(y)
-    if arr.dtype == object:
-        try:
-            arr = arr.astype(np.float64)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"Regression y must be numeric; {_one_line(err)}.") from None
-    if not (np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)):
-        raise ValueError(f"Regression y must be numeric; got dtype {arr.dtype}.")
-    if np.issubdtype(arr.dtype, np.complexfloating):
-        raise ValueError("Regression y must be real-valued; got complex numbers.")
-    arr = arr.astype(np.float64)
+    if _is_frame(y):
+        _check_frame_columns(y, "y")
+    arr = _as_float(np.asarray(y), "y")
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2:
@@ -341,7 +513,18 @@ def as_targets(y, n: int) -> np.ndarray:
 
 
 def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
-    """Validate inputs and build the presorted arrays of DESIGN.md section 2."""
+    """Validate inputs and build the presorted arrays of DESIGN.md section 2.
+
+    Inputs float64 cannot hold well enough to prove an optimum are refused, naming
+    sample_weight or y (the safe range). Regression: |y - mean| at most 2**500
+    (~3.3e150); sum w (y - mean)**2 between n * 2**-1000 (~n * 9.3e-302) and 2**1000
+    (~1.1e301); the weighted mean of (y - mean)**2 above 2**-1000; every positive weight
+    above n * 2**-52 of their total. Inside the range, weights and targets are rescaled by powers of
+    two for the search (`Problem.weight_exponent`), so any overall scale works.
+    Fractional class weights: their total between n * 2**-1000 and 2**1000. Integers
+    (X, y, sample_weight) must be exact in float64 (|v| <= 2**53, or fewer
+    significant bits).
+    """
     task = check_task(task)
     X = as_feature_matrix(X)
     n_all = X.shape[0]
@@ -357,6 +540,7 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
     X, w, y_enc = X[keep], w[keep], y_enc[keep]
     n, p = X.shape
 
+    exponents = (0, 0)
     if task == "classification":
         n_classes = len(classes)
         onehot = np.zeros((n, n_classes), dtype=np.float64)
@@ -365,17 +549,23 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
             stats = (onehot * w[:, None]).astype(np.int32)
             loss_kind: LossKind = "count"
         else:
+            _check_class_weight_range(w)
             stats = onehot * w[:, None]
             loss_kind = "weighted"
+        slack = sample_slack(task, y_enc, w)
     else:
-        y_enc, offset, stats = _centred_sse_stats(y_enc, w)
+        y_enc, offset = _centred_targets(y_enc, w)
+        exponents = _search_exponents(y_enc, w)
+        w_search, y_search = np.ldexp(w, exponents[0]), np.ldexp(y_enc, exponents[1])
+        stats = _sse_stats(y_search, w_search)
+        slack = sample_slack(task, y_search, w_search)
         loss_kind = "sse"
 
     perm = np.argsort(X, axis=0, kind="stable").T.astype(np.int32)  # (p, n)
     x_sorted = np.take_along_axis(X.T, perm, axis=1)  # (p, n)
     changes = x_sorted[:, 1:] > x_sorted[:, :-1]  # (p, n-1)
     rank, value_rank, cut_valid, cut_pos, n_thresholds, slack_left = _presorted(
-        perm, changes, sample_slack(task, y_enc, w)
+        perm, changes, slack
     )
     return Problem(
         task=task,
@@ -393,36 +583,169 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
         y_offset=offset,
         y=y_enc,
         weight=w,
+        weight_exponent=exponents[0],
+        target_exponent=exponents[1],
     )
 
 
-def _centred_sse_stats(y: np.ndarray, w: np.ndarray):
-    """`(centred y, offset, [w, w*y, w*|y|^2])` for targets `(n, m)` and weights `(n,)`."""
+# The float64 range the solver's sums are kept in (`make_problem` documents what it
+# means for the inputs). Beyond it an overflow gives inf, and an underflow's absolute
+# error (up to 2**-1075 an operation) is no longer negligible next to the pruning
+# tolerance, 1e-12 (about 2**-40) of the root's loss: a tree could be proved optimal
+# from lost digits.
+SAFE_MAX = 2.0**1000
+SAFE_MIN = 2.0**-1000  # per summed term: a loss summed over n samples reaches n * SAFE_MIN
+# The underflow errors allowed are below 2**-64 of the root's squared error: 2**-24 of
+# the pruning tolerance.
+UNDERFLOW_MARGIN = 2.0**64
+
+
+def _check_class_weight_range(w: np.ndarray) -> None:
+    """Fractional class weights: losses are sums of weights, exact to a relative
+    rounding unless the total is so small that subnormal round-off (halving a sum of
+    subnormal weights) approaches the pruning tolerance, or so large that a sum of
+    losses overflows."""
+    total, smallest = float(w.sum()), len(w) * SAFE_MIN
+    if total > SAFE_MAX:
+        raise ValueError(
+            f"sample_weight is too large: the weights sum to {total:.3g}, above the safe "
+            "float64 limit 2**1000 (about 1.1e301). Divide sample_weight by a constant; "
+            "the optimal tree does not change.")
+    if total < smallest:
+        raise ValueError(
+            f"sample_weight is too small: the weights sum to {total:.3g}, below the safe "
+            f"float64 limit n * 2**-1000 (about {smallest:.2g}), where float64 cannot prove "
+            "a tree optimal. Multiply sample_weight by a constant; the optimal tree does "
+            "not change.")
+
+
+def _centred_targets(y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`(y - offset, offset)` with `offset` the weighted mean of each target column."""
     # Centring first keeps S2 - |S1|^2/S0 well conditioned for targets with a
-    # large offset; the loss of every set is unchanged by the shift.
+    # large offset; the loss of every set is unchanged by the shift. The weights are
+    # divided by a power of two first (exact: the same mean, bit for bit) so that
+    # w * y neither overflows for huge weights nor underflows for tiny ones.
+    unit = np.ldexp(w, -math.frexp(float(w.max()))[1])
     with np.errstate(over="ignore", invalid="ignore"):
-        offset = (w[:, None] * y).sum(axis=0) / w.sum()
+        offset = (unit[:, None] * y).sum(axis=0) / unit.sum()
     # A constant target column is centred to exact zeros: its weighted mean can be
     # off by an ulp, and round-off alone would then make some split look better
     # than the single leaf (scikit-learn returns a leaf for constant targets).
     constant = np.all(y == y[:1], axis=0)
     offset = np.where(constant, y[0], offset)
     with np.errstate(over="ignore", invalid="ignore"):
-        y = y - offset
-        stats = np.concatenate(
-            [w[:, None], w[:, None] * y, (w * np.sum(y**2, axis=1))[:, None]], axis=1
-        )
-        # The largest intermediates of a leaf loss S2 - |S1|^2 / S0 over any subset.
-        largest = np.concatenate(
-            [np.abs(stats[:, 1:-1]).sum(axis=0) ** 2, stats[:, -1:].sum(axis=0)]
-        )
-    if not (np.all(np.isfinite(offset)) and np.all(np.isfinite(largest))):
+        centred = y - offset
+    if not (np.all(np.isfinite(offset)) and np.all(np.isfinite(centred))):
         raise ValueError(
-            "y is too large for float64: the weighted squared deviations of the "
-            "targets overflow. Rescale y (for example divide it by its standard "
-            "deviation)."
-        )
-    return y, offset, stats
+            "y is too large for float64: its deviations from the weighted mean overflow. "
+            "Rescale y (for example divide it by its standard deviation).")
+    return centred, offset
+
+
+def _sse_stats(y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """`[w, w*y, w*|y|^2]` per sample, for centred targets `(n, m)` and weights `(n,)`."""
+    return np.concatenate([w[:, None], w[:, None] * y, (w * np.sum(y**2, axis=1))[:, None]],
+                          axis=1)
+
+
+def _sse_sums_safe(y: np.ndarray, w: np.ndarray) -> bool:
+    """Whether the search's sums of these centred targets and positive weights stay in
+    the safe range: no sum (squared error, |S1|^2, slack) above SAFE_MAX, and the
+    root's squared error large enough that no underflow matters.
+
+    The underflow that matters is |S1|^2's in a leaf's loss S2 - |S1|^2 / S0: when it
+    is subnormal its error, up to 2**-1074, becomes 2**-1074 / S0, and it is also at
+    most |S1|^2 / S0 <= S0 d^2 (d = max |y|). So a leaf loses at most
+    min(2**-1074 / w_min, 2**-537 d) of its loss, whatever its samples.
+    """
+    with np.errstate(all="ignore"):
+        deviation = float(np.abs(y).max())
+        root = float(np.sum(w * np.sum(y**2, axis=1)))
+        s1_squared = float((np.abs(w[:, None] * y).sum(axis=0) ** 2).max())
+        slack = float(sample_slack("regression", y, w).sum())
+        leaf_error = min(2.0**-1074 / float(w.min()), 2.0**-537 * deviation)
+    largest = max(root, s1_squared, slack)
+    return bool(np.isfinite(largest) and largest <= SAFE_MAX and root >= len(w) * SAFE_MIN
+                and root >= UNDERFLOW_MARGIN * leaf_error)
+
+
+def _check_weight_spread(w: np.ndarray) -> None:
+    """Refuse regression weights of which the smallest is lost in the rounding of the
+    weights' sum.
+
+    The search gets a side's sums as a total less a prefix; with such weights the
+    side's S0 can come out as 0 or a few ulps of the total, and its loss
+    S2 - |S1|^2 / S0 off by up to its whole squared error: a split that the light
+    samples decide was returned as a single leaf, "optimal". No power of two helps:
+    the ratio of the weights is the problem.
+    """
+    smallest, total = float(w.min()), float(w.sum())
+    if smallest <= len(w) * np.finfo(np.float64).eps * total:
+        raise ValueError(
+            f"sample_weight spans too many orders of magnitude for float64 sums: the "
+            f"smallest positive weight, {smallest:.3g}, is lost in the rounding of their "
+            f"total, {total:.3g} (below n * 2**-52 of it), so the squared errors of its "
+            "samples cannot be resolved. Give such samples weight 0, or raise their weights.")
+
+
+def _search_exponents(y: np.ndarray, w: np.ndarray) -> tuple[int, int]:
+    """Powers of two `(a, b)` so that weights `w * 2**a` and targets `y * 2**b` (centred)
+    keep the search's sums in the safe range; `(0, 0)`, the caller's units, when those
+    already do. Refuses inputs whose tree objective float64 cannot report, and weights
+    that no scale brings into the range.
+
+    Normalised (the largest weight and the largest |y| in [0.5, 1)), the sums are
+    always safe once `_check_weight_spread` passes: every positive weight is then above
+    n * 2**-53, so the root's squared error is too, far above any underflow.
+    """
+    deviation = float(np.abs(y).max())
+    if deviation == 0:  # constant targets: every loss is exactly 0
+        return 0, 0
+    _check_weight_spread(w)
+    a, b = -math.frexp(float(w.max()))[1], -math.frexp(deviation)[1]
+    w_unit, y_unit = np.ldexp(w, a), np.ldexp(y, b)
+    _check_reportable_sse(y_unit, w_unit, a, b, deviation)
+    return (0, 0) if _sse_sums_safe(y, w) else (a, b)
+
+
+def _check_reportable_sse(y_unit: np.ndarray, w_unit: np.ndarray, a: int, b: int,
+                          deviation: float) -> None:
+    """Refuse targets and weights whose squared errors float64 cannot hold in the
+    caller's units, where the tree's values and objective are computed (`y_unit`,
+    `w_unit`: the centred targets times 2**b and the weights times 2**a).
+
+    Naming the cause: of the total weight W and the weighted mean square deviation
+    V = sum w (y - mean)^2 / W, the one further from 1 (in orders of magnitude).
+    """
+    if deviation > 2.0**500:
+        raise ValueError(
+            f"y is too large for float64: its deviations from the weighted mean reach "
+            f"{deviation:.3g}, whose squares overflow (the safe limit is 2**500, about "
+            "3.3e150). Rescale y (for example divide it by its standard deviation).")
+    log_total = math.log2(float(w_unit.sum())) - a
+    log_root = math.log2(float(np.sum(w_unit * np.sum(y_unit**2, axis=1)))) - a - 2 * b
+    log_mean_square = log_root - log_total
+    if log_mean_square < -1000:
+        raise ValueError(
+            f"y varies too little for float64: the weighted mean of (y - mean)**2 is about "
+            f"2**{log_mean_square:.0f}, below 2**-1000 (about 9.3e-302), where its squares "
+            "underflow. Rescale y (for example divide it by its standard deviation).")
+    blame_weights = abs(log_total) >= abs(log_mean_square)
+    total = f"sum w*(y - mean)**2 is about 2**{log_root:.0f}"
+    if log_root > math.log2(SAFE_MAX):
+        raise ValueError(
+            f"sample_weight is too large: {total}, above the safe float64 limit 2**1000 "
+            "(about 1.1e301). Divide sample_weight by a constant; the optimal tree does not "
+            "change." if blame_weights else
+            f"y is too large for float64: {total}, above the safe limit 2**1000 (about "
+            "1.1e301). Rescale y (for example divide it by its standard deviation).")
+    if log_root < math.log2(len(w_unit) * SAFE_MIN):
+        limit = f"the safe float64 limit n * 2**-1000 (about {len(w_unit) * SAFE_MIN:.2g})"
+        raise ValueError(
+            f"sample_weight is too small: {total}, below {limit}. Multiply sample_weight "
+            "by a constant; the optimal tree does not change." if blame_weights else
+            f"y varies too little for float64: {total}, below {limit}. Rescale y (for "
+            "example divide it by its standard deviation).")
 
 
 def sample_slack(task: str, y: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -24,6 +24,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._data import check_values, weight_values
 from ._tree import LEAF, Tree
 
 BOUNDS = ("w0", "w1", "w2", "l2")
@@ -118,14 +119,7 @@ def _canonical_rows(
 def _check_sample_weight(sample_weight: Any, n: int) -> np.ndarray | None:
     if sample_weight is None:
         return None
-    w = np.asarray(sample_weight)
-    if w.ndim == 0:
-        w = np.full(n, w)
-    if w.dtype == object or not (
-        np.issubdtype(w.dtype, np.number) or np.issubdtype(w.dtype, np.bool_)
-    ):
-        raise ValueError(f"sample_weight must be numeric; got dtype {w.dtype}.")
-    w = w.astype(np.float64)
+    w = weight_values(sample_weight, n)  # the types `solve` accepts, refused alike
     if w.shape != (n,):
         raise ValueError(f"sample_weight.shape == {w.shape}, expected {(n,)}!")
     if not np.all(np.isfinite(w)):
@@ -239,6 +233,20 @@ class _BaseOptimalTree(BaseEstimator):
             time_limit=_solver_time_limit(self.time_limit),
             progress=progress,
         )
+        self._adopt(result, label_attrs)
+        if self.status_ != "optimal":
+            warnings.warn(
+                f"{type(self).__name__} stopped with status {self.status_!r} before proving "
+                f"optimality: objective {self.objective_:.6g}, lower bound "
+                f"{self.lower_bound_:.6g}. Increase time_limit for a proved optimum.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        return self
+
+    def _adopt(self, result: Any, label_attrs: dict[str, Any]) -> None:
+        """Take the fitted attributes from a `SolveResult` of this estimator's task
+        (`fit`, and the members of a bagged ensemble)."""
         tree = result.tree
         if self._task == "classification":
             tree = _widen_classes(tree, result.classes, len(label_attrs["classes_"]))
@@ -252,15 +260,6 @@ class _BaseOptimalTree(BaseEstimator):
         stats = dict(getattr(result, "stats", None) or {})
         self.n_iter_ = int(stats.get("iterations", 0))
         self.solve_stats_ = stats
-        if self.status_ != "optimal":
-            warnings.warn(
-                f"{type(self).__name__} stopped with status {self.status_!r} before proving "
-                f"optimality: objective {self.objective_:.6g}, lower bound "
-                f"{self.lower_bound_:.6g}. Increase time_limit for a proved optimum.",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
-        return self
 
     # -- accessors -------------------------------------------------------------
 
@@ -389,6 +388,7 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         return tags
 
     def _validate_data_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+        check_values(X, "X")  # what scikit-learn's float64 conversion would misread
         X, y = validate_data(self, X, y, dtype=np.float64)
         try:
             check_classification_targets(y)
@@ -554,6 +554,8 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
         return tags
 
     def _validate_data_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+        check_values(X, "X")  # what scikit-learn's float64 conversion would misread
+        check_values(y, "y")
         return validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
 
     def _encode_y(self, y: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:

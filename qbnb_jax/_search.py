@@ -128,8 +128,11 @@ class Search:
             problem_of = np.zeros(len(tuple_lb), dtype=np.int64)
         best = np.full(self.n_problems, np.inf)
         np.minimum.at(best, problem_of, tuple_lb)
-        incumbent = float(self.incumbents.value.sum())
-        lower = float(np.minimum(self.incumbents.value, best).sum())
+        # in the callers' units: a problem's losses may be scaled by a power of two
+        exponents = np.array([problem.loss_exponent for problem in self.problems])
+        values = np.ldexp(self.incumbents.value, -exponents)
+        incumbent = float(values.sum())
+        lower = float(np.ldexp(np.minimum(self.incumbents.value, best), -exponents).sum())
         active = len(np.unique(problem_of))
         self.options.progress(
             {

@@ -191,7 +191,7 @@ def _make_result(search: Search, depth: int, q: int = 0,
         tree, objective = built
     status = search.stats.status(q)
     # losses are never negative
-    lower = max(0.0, min(float(search.incumbents.lower_bound[q]), objective))
+    lower = max(0.0, min(problem.true_loss(search.incumbents.lower_bound[q]), objective))
     if status == "optimal" and search.incumbents.exact[q]:
         lower = objective
     frontier_sizes = search.stats.frontier_sizes[q]

@@ -79,11 +79,11 @@ SOLVE_BAD = {
     "inf label": ({"y": np.array([0, np.inf, 0, 1, 1, 1])}, r"y contains NaN or infinity"),
     "None label": (
         {"y": np.array(["a", None, "a", "b", "b", "b"], dtype=object)},
-        r"y contains NaN or None",
+        r"y contains a missing label \(None at row 1\)",
     ),
     "NaN label in object y": (
         {"y": np.array([0, np.nan, 0, 1, 1, 1], dtype=object)},
-        r"y contains NaN or None",
+        r"y contains a missing label \(NaN at row 1\)",
     ),
     "complex labels": ({"y": Y6 + 1j}, r"complex"),
     "2-D classification y": ({"y": np.column_stack([Y6, Y6])}, r"y must be 1-D"),
