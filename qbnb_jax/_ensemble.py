@@ -31,7 +31,6 @@ from ._estimator import (
     _is_int,
     _is_real,
     _solver_time_limit,
-    _widen_classes,
 )
 from ._solve import SUPPORTED_DEPTHS, SolveResult
 from ._tree import Tree
@@ -117,6 +116,17 @@ class _BaseBaggedOptimalTree(BaseEstimator):
                 row[rng.choice(n, size=draws, replace=False)] = 1.0
         return counts
 
+    def _member(self, result: SolveResult, label_attrs: dict[str, Any]):
+        """One fitted tree as a fitted single-tree estimator, as scikit-learn's bagging
+        holds its members."""
+        single = OptimalTreeClassifier if self._task == "classification" else OptimalTreeRegressor
+        member = single(max_depth=self.max_depth, bound=self.bound, time_limit=self.time_limit)
+        member._adopt(result, label_attrs)
+        member.n_features_in_ = self.n_features_in_
+        if hasattr(self, "feature_names_in_"):
+            member.feature_names_in_ = self.feature_names_in_
+        return member
+
     def _validate_X_predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
         return validate_data(self, X, dtype=np.float64, reset=False)
@@ -144,13 +154,9 @@ class _BaseBaggedOptimalTree(BaseEstimator):
             bound=self.bound,
             time_limit=_solver_time_limit(self.time_limit),
         )
-        trees = [result.tree for result in results]
-        if self._task == "classification":
-            n_classes = len(label_attrs["classes_"])
-            trees = [_widen_classes(r.tree, r.classes, n_classes) for r in results]
         for name, value in label_attrs.items():
             setattr(self, name, value)
-        self.estimators_ = trees
+        self.estimators_ = [self._member(result, label_attrs) for result in results]
         self.objectives_ = np.array([r.objective for r in results], dtype=np.float64)
         self.statuses_ = np.array([r.status for r in results])
         stopped = int(np.sum(self.statuses_ != "optimal"))
@@ -194,9 +200,9 @@ class BaggedOptimalTreeClassifier(ClassifierMixin, _BaseBaggedOptimalTree):
 
     Attributes
     ----------
-    estimators_ : list of Tree
-        The fitted trees; ``value`` columns follow `classes_` (a class a tree never
-        saw has zero counts).
+    estimators_ : list of OptimalTreeClassifier
+        The fitted trees, each a fitted `OptimalTreeClassifier` (its `tree_` value
+        columns follow `classes_`; a class a tree never saw has zero counts).
     classes_ : ndarray of shape (n_classes,)
         The class labels, sorted.
     n_classes_ : int
@@ -280,7 +286,7 @@ class BaggedOptimalTreeClassifier(ClassifierMixin, _BaseBaggedOptimalTree):
             Rows sum to 1; columns follow `classes_`.
         """
         X = self._validate_X_predict(X)
-        return np.mean([tree.predict_proba(X) for tree in self.estimators_], axis=0)
+        return np.mean([est.tree_.predict_proba(X) for est in self.estimators_], axis=0)
 
     def predict(self, X: Any) -> np.ndarray:
         """Predict the class of largest mean share (ties: lowest index in `classes_`).
@@ -329,8 +335,9 @@ class BaggedOptimalTreeRegressor(RegressorMixin, _BaseBaggedOptimalTree):
 
     Attributes
     ----------
-    estimators_ : list of Tree
-        The fitted trees; ``value`` holds each node's weighted target means.
+    estimators_ : list of OptimalTreeRegressor
+        The fitted trees, each a fitted `OptimalTreeRegressor` (its `tree_` value holds
+        each node's weighted target means).
     n_outputs_ : int
         Number of target columns.
     n_features_in_ : int
@@ -408,7 +415,7 @@ class BaggedOptimalTreeRegressor(RegressorMixin, _BaseBaggedOptimalTree):
             One column per target; a 1-D array when there is a single target.
         """
         X = self._validate_X_predict(X)
-        values = np.mean([tree.predict_value(X) for tree in self.estimators_], axis=0)
+        values = np.mean([est.tree_.predict_value(X) for est in self.estimators_], axis=0)
         return values[:, 0].copy() if self.n_outputs_ == 1 else values
 
 

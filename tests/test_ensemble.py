@@ -13,6 +13,7 @@ from qbnb_jax import (
     BaggedOptimalTreeClassifier,
     BaggedOptimalTreeRegressor,
     DepthSelection,
+    OptimalTreeClassifier,
     select_depth,
     solve,
 )
@@ -88,7 +89,10 @@ def test_bagged_classifier_is_the_mean_of_trees_solved_one_by_one(three_classes,
     np.testing.assert_allclose(clf.predict_proba(X_test), expected, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(clf.predict(X_test), clf.classes_[np.argmax(expected, axis=1)])
     assert list(clf.classes_) == ["a", "b", "c"] and clf.n_features_in_ == 3
-    assert all(tree.value.shape[1] == 3 for tree in clf.estimators_)
+    assert all(isinstance(est, OptimalTreeClassifier) for est in clf.estimators_)
+    assert all(est.tree_.value.shape[1] == 3 for est in clf.estimators_)
+    np.testing.assert_array_equal(clf.estimators_[0].classes_, clf.classes_)
+    assert clf.estimators_[0].predict(X).shape == (len(X),)  # each member is fitted
 
 
 @pytest.mark.parametrize("multi_output", [False, True])
