@@ -32,6 +32,7 @@ import numpy as np
 from ._data import ThresholdTables
 from ._frontier import CutLosses, Frontier, PieceBounds, PieceFeatures, Pieces
 from ._host import stump_losses, stumps_of_all_shared
+from ._pair_bounds import PairInputs, pair_bounds
 from ._runner import KernelRunner, pow2_at_least
 from ._search import Search
 from ._state import Incumbents
@@ -41,13 +42,10 @@ W1_FACTOR = 0.6
 W1_MAX_SUBCUTS = 64
 W1_MAX_SHARE = 8  # W1 refines only pieces with at most n / 8 samples
 # Tuples processed per block: the host arrays of one step hold tuples x (s + 3) x p
-# entries, at most MAX_BLOCK_ELEMENTS (8 MB of float64) per array, and at least 4096
-# tuples. Larger blocks let the problem-lane sweep take a batch's first iteration whole.
-MAX_CAPACITY = 4096
+# entries, at most MAX_BLOCK_ELEMENTS (8 MB of float64) per array, so memory stays
+# bounded however many features there are. With few features that allows thousands of
+# tuples, which lets the problem-lane sweep take a batch's first iteration whole.
 MAX_BLOCK_ELEMENTS = 1 << 20
-# The slack step's (pieces, p, p) pair bounds go in blocks of this many entries: 1 MB
-# of float64 per array, which stays in cache (larger blocks ran slower).
-PAIR_BLOCK_ELEMENTS = 1 << 17
 
 
 class KernelRequest(NamedTuple):
@@ -131,7 +129,7 @@ class Depth2Search:
         self.p = problems[0].p
         self.capacity = self.options.capacity
         fits = pow2_at_least(MAX_BLOCK_ELEMENTS // (self.p * (self.options.s + 3)) + 1) // 2
-        self.max_capacity = max(self.capacity, MAX_CAPACITY, fits)
+        self.max_capacity = max(self.capacity, fits)
         if tables is None:
             tables = stack_tables(problems)
         self.cut_pos, self.slack_left, self.n_thresholds = tables[:3]
@@ -356,17 +354,14 @@ class Depth2Search:
         keep1, keep2 = keep.left.copy(), keep.right.copy()
         piece_lb = pieces.lower_bound.copy()
         ti, tj = np.nonzero(pieces.alive)
-        block_size = max(1, PAIR_BLOCK_ELEMENTS // (keep1.shape[2] ** 2))
-        for b0 in range(0, len(ti), block_size):
-            i, j = ti[b0 : b0 + block_size], tj[b0 : b0 + block_size]
-            pair = np.maximum(
-                pa[i, j][:, :, None] + sb[i, j][:, None, :],
-                pb[i, j][:, :, None] + sa[i, j][:, None, :] - width[i, j][:, None, None],
-            )
-            ok = (self.incumbents.can_improve(pair, pr[i][:, None, None])
-                  & keep1[i, j][:, :, None] & keep2[i, j][:, None, :])
-            keep1[i, j], keep2[i, j] = ok.any(axis=2), ok.any(axis=1)
-            piece_lb[i, j] = np.maximum(piece_lb[i, j], pair.min(axis=(1, 2)))
+        q = pr[ti]
+        limit, strict = self.incumbents.improvement_limit(q)
+        outcome = pair_bounds(
+            PairInputs(pa[ti, tj], pb[ti, tj], sa[ti, tj], sb[ti, tj], width[ti, tj],
+                       limit, strict),
+            keep1[ti, tj], keep2[ti, tj])
+        keep1[ti, tj], keep2[ti, tj] = outcome.keep_left, outcome.keep_right
+        piece_lb[ti, tj] = np.maximum(piece_lb[ti, tj], outcome.least)
         # Feasible x: P_a + S_a - x < U and P_b + S_b - W + x < U (with the pair's
         # other terms already checked above); a superset of the kept pairs is safe.
         bounds = PieceBounds(

@@ -86,6 +86,13 @@ class Incumbents:
         inc = self.value[q]
         return np.where(self.exact[q], lower < inc, lower <= inc + self.tolerance(q))
 
+    def improvement_limit(self, q) -> tuple[np.ndarray, np.ndarray]:
+        """`(limit, strict)`: `can_improve(lower, q)` is `lower < limit` where strict,
+        else `lower <= limit` (the same floats)."""
+        inc = self.value[q]
+        exact = self.exact[q]
+        return np.where(exact, inc, inc + self.tolerance(q)), exact
+
     def offer(self, q: int, value: float, splits) -> None:
         """A tree of problem q achieving `value`: its split spec, or a function that
         builds it. Building a spec costs host stump searches; most incumbents are

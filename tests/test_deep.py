@@ -91,8 +91,8 @@ def test_tiny_memory_budget_still_optimal(monkeypatch):
     y = rng.integers(0, 3, size=40)
     reference = solve(X, y, task="classification", depth=2).objective
     monkeypatch.setattr(runner, "CHUNK_ELEMENTS", 1)
-    monkeypatch.setattr(depth2, "MAX_CAPACITY", 2)
-    monkeypatch.setattr(depth2, "MAX_BLOCK_ELEMENTS", 1)
+    # blocks of at most 2 tuples: 36 // (p (s + 3)) + 1 = 3 rounds to 4, halved
+    monkeypatch.setattr(depth2, "MAX_BLOCK_ELEMENTS", 36)
     for depth in (2, 3):
         res = solve(X, y, task="classification", depth=depth, initial_capacity=1)
         assert res.status == "optimal"
