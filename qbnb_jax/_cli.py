@@ -32,13 +32,13 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._constants import BOUNDS
+
 if TYPE_CHECKING:
     import numpy as np
 
 PROG = "qbnb"
 MAX_AUTO_CLASSES = 20
-# The same as qbnb_jax._estimator.BOUNDS (a test checks), which would import scikit-learn.
-BOUNDS = ("w0", "w1", "w2", "l2")
 # After Ctrl-C, how long the main thread may take to unwind before the process exits hard.
 INTERRUPT_GRACE_S = 0.5
 

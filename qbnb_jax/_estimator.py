@@ -24,10 +24,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._constants import BOUNDS, SUPPORTED_DEPTHS
 from ._data import check_values, weight_values
 from ._tree import LEAF, Tree
 
-BOUNDS = ("w0", "w1", "w2", "l2")
 
 
 def _is_int(value: Any) -> bool:
@@ -40,7 +40,8 @@ def _is_real(value: Any) -> bool:
 
 # name -> (accepts value?, what the value must be). Checked at the start of `fit`.
 _PARAMETER_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "max_depth": (lambda v: _is_int(v) and v >= 1, "an int in the range [1, inf)"),
+    "max_depth": (lambda v: _is_int(v) and v in SUPPORTED_DEPTHS,
+                  f"an int in the range [{SUPPORTED_DEPTHS[0]}, {SUPPORTED_DEPTHS[-1]}]"),
     "bound": (lambda v: isinstance(v, str) and v in BOUNDS, f"a str among {list(BOUNDS)}"),
     "time_limit": (
         lambda v: v is None or (_is_real(v) and not math.isnan(v) and v > 0),

@@ -805,6 +805,7 @@ class _NonFiniteNumber(ValueError):
 
 
 def _as_estimator(saved: _Saved) -> Any:
+    from ._constants import SUPPORTED_DEPTHS
     from ._estimator import OptimalTreeClassifier, OptimalTreeRegressor
 
     tree = saved.tree
@@ -814,7 +815,9 @@ def _as_estimator(saved: _Saved) -> Any:
     if saved.kind == "result" and "depth" in params:
         params["max_depth"] = params["depth"]
     known = {k: v for k, v in params.items() if k in cls().get_params()}
-    known.setdefault("max_depth", max(tree.max_depth, 1))
+    # a tree deeper than the solver fits (a file written by hand) still predicts; its
+    # estimator would refit at the deepest supported depth
+    known.setdefault("max_depth", min(max(tree.max_depth, 1), SUPPORTED_DEPTHS[-1]))
     est = cls(**known)
     est._validate_params()
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from ._appendix import AppendixSearch
 from ._cache import enable_persistent_cache
+from ._constants import BOUNDS, SUPPORTED_DEPTHS
 from ._data import make_problem
 from ._deep import DeepSearch
 from ._depth2 import solve_depth2
@@ -25,11 +26,9 @@ from ._search import Search
 from ._state import SearchOptions
 from ._tree import Tree
 
-BOUNDS = ("w0", "w1", "w2", "l2")
 ROUTES = ("recursion", "appendix")
 # Depth 3 and deeper recurse over the root split (`_deep.py`); each level multiplies
 # the work, so beyond 4 only small problems finish in reasonable time.
-SUPPORTED_DEPTHS = tuple(range(1, 9))
 MAX_S = 256  # cuts per interval per iteration grow with s, and so does the work per tuple
 
 

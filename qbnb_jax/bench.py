@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from ._constants import BOUNDS
 from ._datasets import (
     DEFAULT_RELATIVE_DIR,
     check_optimum,
@@ -57,7 +58,6 @@ from ._datasets import (
 
 PROG = "python -m qbnb_jax.bench"
 _COLD_MARK = "QBNB_BENCH_COLD_RESULT "
-_BOUNDS = ("w0", "w1", "w2", "l2")
 SUBSAMPLE_D3 = 40  # rows of the depth-3 regression cross-check (brute force is O(n^5))
 
 
@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--data-dir", default=None, metavar="DIR",
                     help=f"datasets folder (default: {DEFAULT_RELATIVE_DIR} relative to the "
                          "current directory, then to the repository root)")
-    ap.add_argument("--bound", default="w0", choices=_BOUNDS,
+    ap.add_argument("--bound", default="w0", choices=BOUNDS,
                     help="lower bound used for pruning (default w0)")
     ap.add_argument("--route", default="recursion", choices=("recursion", "appendix"),
                     help="depth-3 search route of our solver (default recursion)")

@@ -401,11 +401,13 @@ def test_cli_module_answers_help_and_usage_errors_without_heavy_imports():
     assert proc.stdout.splitlines()[-1] == "[0, 2, 2] []", proc.stdout + proc.stderr
 
 
-def test_bound_choices_match_the_estimators():
-    from qbnb_jax._cli import BOUNDS
-    from qbnb_jax._estimator import BOUNDS as ESTIMATOR_BOUNDS
+def test_bound_choices_are_the_solvers():
+    from qbnb_jax._cli import build_parser
+    from qbnb_jax._constants import BOUNDS
 
-    assert BOUNDS == ESTIMATOR_BOUNDS
+    fit = build_parser()._subparsers._group_actions[0].choices["fit"]
+    choices = next(action.choices for action in fit._actions if action.dest == "bound")
+    assert tuple(choices) == BOUNDS
 
 
 HELP_IMPORTS = r"""
