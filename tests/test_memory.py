@@ -48,3 +48,51 @@ def test_solve_batch_tunes_malloc(monkeypatch):
     X, y = rng.normal(size=(12, 2)), rng.integers(0, 2, 12)
     qbnb_jax.solve_batch(X, y, np.ones((2, 12)), task="classification")
     assert len(libc.calls) == 2
+
+
+# -- the memory ceiling ---------------------------------------------------------------
+def test_ceiling_refuses_before_building_tables(monkeypatch):
+    import pytest
+
+    import qbnb_jax
+
+    monkeypatch.setenv("QBNB_JAX_MEMORY", "1M")
+    X = np.random.default_rng(0).random((5000, 30))
+    with pytest.raises(_memory.MemoryCeilingError, match="QBNB_JAX_MEMORY") as caught:
+        qbnb_jax.solve(X, np.arange(5000) % 2, task="classification")
+    assert "sweep tables" in str(caught.value)
+    monkeypatch.setenv("QBNB_JAX_MEMORY", "1G")  # the same problem fits under a larger one
+    assert qbnb_jax.solve(X, np.arange(5000) % 2, task="classification").status == "optimal"
+
+
+def test_ceiling_values(monkeypatch):
+    import pytest
+
+    monkeypatch.setenv("QBNB_JAX_MEMORY", "512M")
+    assert _memory.memory_ceiling() == 512 << 20
+    monkeypatch.setenv("QBNB_JAX_MEMORY", "2g")
+    assert _memory.memory_ceiling() == 2 << 30
+    for bad in ("lots", "-1G", "0"):
+        monkeypatch.setenv("QBNB_JAX_MEMORY", bad)
+        with pytest.raises(ValueError, match="QBNB_JAX_MEMORY"):
+            _memory.memory_ceiling()
+    monkeypatch.delenv("QBNB_JAX_MEMORY")
+    assert _memory.memory_ceiling() is None or _memory.memory_ceiling() > 0
+
+
+def test_device_tables_grow_as_p_n_not_p_squared_n():
+    """No table per (root feature, feature) pair: the bytes stay under the bound
+    `table_bytes` states, which is linear in p."""
+    import jax
+
+    from qbnb_jax._data import make_problem
+    from qbnb_jax._kernels import SweepData, table_bytes
+
+    rng = np.random.default_rng(1)
+    n, p = 300, 60
+    problem = make_problem(rng.random((n, p)), rng.integers(0, 2, n), task="classification")
+    with jax.enable_x64(True):
+        data = SweepData.from_problem(problem)
+    held = sum(leaf.nbytes for leaf in jax.tree_util.tree_leaves(data))
+    assert held <= table_bytes(1, 1, p, data.length, problem.n_channels)
+    assert held < p * p * n * 4  # what one int32 (p, p, n) table alone would take
