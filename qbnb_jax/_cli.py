@@ -726,8 +726,8 @@ def _error_code(command: str, err: Exception) -> int | None:
     """Report a failed command on one line; its exit code, or None for a bug."""
     if isinstance(err, BrokenPipeError):
         return 1
-    if isinstance(err, (InputError, ValueError)):
-        print(f"{PROG} {command}: error: {_one_line(err)}", file=sys.stderr)
+    if isinstance(err, (InputError, ValueError, MemoryError)):  # MemoryError: the ceiling
+        print(f"{PROG} {command}: error: {_one_line(err) or 'out of memory'}", file=sys.stderr)
         return 2
     if isinstance(err, RecursionError):  # the readers should refuse such input first
         print(f"{PROG} {command}: error: the input is nested too deeply.", file=sys.stderr)

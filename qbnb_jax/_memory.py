@@ -76,12 +76,19 @@ def memory_ceiling() -> int | None:
     return int(value)
 
 
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
 def check_allocation(nbytes: int, what: str) -> None:
     """Refuse, before allocating, a table of `nbytes` above the memory ceiling."""
     ceiling = memory_ceiling()
     if ceiling is not None and nbytes > ceiling:
         raise MemoryCeilingError(
-            f"{what}: {nbytes / 2**30:.2f} GiB, above the memory ceiling of "
-            f"{ceiling / 2**30:.2f} GiB (QBNB_JAX_MEMORY, default 80% of physical "
+            f"{what}: {_size(nbytes)}, above the memory ceiling of "
+            f"{_size(ceiling)} (QBNB_JAX_MEMORY, default 80% of physical "
             "memory); use fewer samples, features or problems per call, or raise "
             "QBNB_JAX_MEMORY")
