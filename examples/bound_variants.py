@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 from sklearn.datasets import make_classification  # noqa: E402
 
 import qbnb_jax  # noqa: E402
-from qbnb_jax import _datasets  # noqa: E402
+from qbnb_jax.bench import datasets as _datasets  # noqa: E402
 
 BOUNDS = ("w0", "w1", "w2", "l2")
 

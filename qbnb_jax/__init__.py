@@ -10,37 +10,46 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 _EXPORTS = {
-    "solve_batch": "._batch",
-    "solve_many": "._batch",
-    "BaggedOptimalTreeClassifier": "._ensemble",
-    "BaggedOptimalTreeRegressor": "._ensemble",
-    "DepthSelection": "._ensemble",
-    "select_depth": "._ensemble",
-    "OptimalTreeClassifier": "._estimator",
-    "OptimalTreeRegressor": "._estimator",
-    "export_graphviz": "._export",
-    "export_text": "._export",
-    "load_tree": "._export",
-    "plot_tree": "._export",
-    "save_tree": "._export",
-    "SolveResult": "._solve",
-    "solve": "._solve",
-    "Tree": "._tree",
+    "solve_batch": "._search.batch",
+    "solve_many": "._search.batch",
+    "BaggedOptimalTreeClassifier": "._sklearn.ensemble",
+    "BaggedOptimalTreeRegressor": "._sklearn.ensemble",
+    "DepthSelection": "._sklearn.ensemble",
+    "select_depth": "._sklearn.ensemble",
+    "OptimalTreeClassifier": "._sklearn.estimator",
+    "OptimalTreeRegressor": "._sklearn.estimator",
+    "export_graphviz": "._sklearn.export",
+    "export_text": "._sklearn.export",
+    "load_tree": "._sklearn.export",
+    "plot_tree": "._sklearn.export",
+    "save_tree": "._sklearn.export",
+    "SolveResult": "._search.solve",
+    "solve": "._search.solve",
+    "Tree": "._problem.tree",
 }
 __all__ = sorted(_EXPORTS)
 
-if TYPE_CHECKING:
-    from ._batch import solve_batch, solve_many
-    from ._ensemble import (
-        BaggedOptimalTreeClassifier,
-        BaggedOptimalTreeRegressor,
-        DepthSelection,
-        select_depth,
+if TYPE_CHECKING:  # the names, for type checkers (redundant aliases: re-exported)
+    from qbnb_jax._problem.tree import Tree as Tree
+    from qbnb_jax._search.batch import solve_batch as solve_batch, solve_many as solve_many
+    from qbnb_jax._search.solve import SolveResult as SolveResult, solve as solve
+    from qbnb_jax._sklearn.ensemble import (
+        BaggedOptimalTreeClassifier as BaggedOptimalTreeClassifier,
+        BaggedOptimalTreeRegressor as BaggedOptimalTreeRegressor,
+        DepthSelection as DepthSelection,
+        select_depth as select_depth,
     )
-    from ._estimator import OptimalTreeClassifier, OptimalTreeRegressor
-    from ._export import export_graphviz, export_text, load_tree, plot_tree, save_tree
-    from ._solve import SolveResult, solve
-    from ._tree import Tree
+    from qbnb_jax._sklearn.estimator import (
+        OptimalTreeClassifier as OptimalTreeClassifier,
+        OptimalTreeRegressor as OptimalTreeRegressor,
+    )
+    from qbnb_jax._sklearn.export import (
+        export_graphviz as export_graphviz,
+        export_text as export_text,
+        load_tree as load_tree,
+        plot_tree as plot_tree,
+        save_tree as save_tree,
+    )
 
 
 def __getattr__(name: str):

@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._constants import BOUNDS
+from qbnb_jax._constants import BOUNDS, SUPPORTED_DEPTHS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -89,6 +89,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _depth(text: str) -> int:
+    value = _positive_int(text)
+    if value not in SUPPORTED_DEPTHS:
+        raise argparse.ArgumentTypeError(
+            f"must be from {SUPPORTED_DEPTHS[0]} to {SUPPORTED_DEPTHS[-1]}, got {text!r}")
+    return value
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -136,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=TASK_HELP,
     )
     fit.add_argument(
-        "--depth", type=_positive_int, default=2, metavar="D", help="tree depth (default 2)"
+        "--depth", type=_depth, default=2, metavar="D",
+        help=f"tree depth, {SUPPORTED_DEPTHS[0]} to {SUPPORTED_DEPTHS[-1]} (default 2)"
     )
     fit.add_argument(
         "--time-limit",
@@ -453,7 +462,7 @@ def check_output(output: str | None, inputs: Sequence[str]) -> None:
 
 
 def _write_output(text: str, output: str | None) -> None:
-    from ._export import write_text_file
+    from qbnb_jax._sklearn.export import write_text_file
 
     if output is None:
         sys.stdout.write(text)
@@ -479,7 +488,7 @@ class _Progress:
         self.last: dict[str, Any] | None = None
 
     def __call__(self, info: dict[str, Any]) -> None:
-        from ._estimator import format_progress
+        from qbnb_jax._sklearn.estimator import format_progress
 
         self.last = dict(info)
         if not self.quiet:
@@ -531,8 +540,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
     from sklearn.exceptions import ConvergenceWarning
 
-    from ._estimator import OptimalTreeClassifier, OptimalTreeRegressor
-    from ._export import export_text, tree_json
+    from qbnb_jax._sklearn.estimator import OptimalTreeClassifier, OptimalTreeRegressor
+    from qbnb_jax._sklearn.export import export_text, tree_json
 
     cls = OptimalTreeClassifier if task == "classification" else OptimalTreeRegressor
     est = cls(max_depth=args.depth, bound=args.bound, time_limit=args.time_limit)
@@ -663,7 +672,7 @@ def feature_columns(est: Any, header: list[str], args: argparse.Namespace) -> li
 def _cmd_predict(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ._export import load_estimator
+    from qbnb_jax._sklearn.export import load_estimator
 
     check_output(args.output, [args.tree, args.data])
     est = load_estimator(args.tree)
@@ -705,7 +714,7 @@ def _cell(value: Any) -> str:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from ._export import export_graphviz, export_text, load_estimator
+    from qbnb_jax._sklearn.export import export_graphviz, export_text, load_estimator
 
     check_output(args.output, [args.tree])
     est = load_estimator(args.tree)

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from . import solve, solve_batch
+from qbnb_jax import solve, solve_batch
 
 
 def make_data(n: int, p: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

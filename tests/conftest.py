@@ -8,14 +8,14 @@ directly (`SweepData`, `KernelRunner`, `sweep_*`) wrap that in
 `with jax.enable_x64(True):` themselves, as the library does.
 
 **Slow tests.** Tests marked `@pytest.mark.slow` (long random sweeps, long runs) are
-skipped by default, so that `python -m pytest -q` stays a few minutes on two cores.
+deselected by default, so that `python -m pytest -q` stays a few minutes on two cores.
 To run them:
 
     QBNB_SLOW=1 python -m pytest -q                  # everything, slow tests included
     python -m pytest -q -m slow                      # the slow tests only
     python -m pytest -q -m "slow or not slow"        # everything
 
-Any `-m` expression selects on its own (the default skip is then off), and
+Any `-m` expression selects on its own (the default deselection is then off), and
 `QBNB_SLOW=0` (or unset) keeps the default.
 
 The compilation cache lives in `.jax_cache` at the repository root (ignored by git), or
@@ -27,7 +27,6 @@ import pathlib
 import sys
 
 import jax
-import pytest
 
 _CACHE = pathlib.Path(__file__).resolve().parents[1] / ".jax_cache"
 jax.config.update("jax_compilation_cache_dir", os.environ.get("QBNB_JAX_CACHE", str(_CACHE)))
@@ -45,9 +44,11 @@ def run_slow(config) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    """Deselect slow tests by default: pytest reports them as deselected, not skipped,
+    so the summary's skips are only tests that could not run here."""
     if run_slow(config):
         return
-    skip = pytest.mark.skip(reason="slow: run with QBNB_SLOW=1 or -m slow (tests/conftest.py)")
-    for item in items:
-        if item.get_closest_marker("slow") is not None:
-            item.add_marker(skip)
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]

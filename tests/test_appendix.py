@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qbnb_jax import _appendix, solve
-from qbnb_jax._appendix import cut_points
+from qbnb_jax import solve
+from qbnb_jax._search import appendix as _appendix
+from qbnb_jax._search.appendix import cut_points
 
 
 @pytest.mark.parametrize("entry_block", [None, 50])  # whole, and pruned in many blocks

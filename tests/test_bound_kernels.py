@@ -27,12 +27,12 @@ import numpy as np
 import pytest
 from helpers import PaperQuantities, equispaced, random_problem, random_weights, seed_of
 
-from qbnb_jax import _depth2
-from qbnb_jax._data import make_problem
-from qbnb_jax._depth2 import CutLosses, Depth2Search, Frontier, PieceFeatures, Pieces
-from qbnb_jax._runner import GATHER_SHARE, KernelRunner
-from qbnb_jax._search import Search
-from qbnb_jax._state import SearchOptions
+from qbnb_jax._device.runner import GATHER_SHARE, KernelRunner
+from qbnb_jax._problem.data import make_problem
+from qbnb_jax._search import depth2 as _depth2
+from qbnb_jax._search.depth2 import CutLosses, Depth2Search, Frontier, PieceFeatures, Pieces
+from qbnb_jax._search.search import Search
+from qbnb_jax._search.state import SearchOptions
 
 CASES = [  # (task, classes or targets, weights): integer counts, float weights, regression
     ("classification", 2, "ones"),

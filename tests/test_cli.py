@@ -359,7 +359,7 @@ def test_fit_output_replaces_an_existing_file(tmp_path, iris_csv):
 def test_export_deep_files(tmp_path, capsys):
     from test_export import chain_file
 
-    from qbnb_jax._export import MAX_TREE_DEPTH
+    from qbnb_jax._sklearn.export import MAX_TREE_DEPTH
 
     nested = tmp_path / "nested.json"
     nested.write_text("[" * 100_000 + "]" * 100_000)

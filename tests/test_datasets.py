@@ -11,10 +11,10 @@ import json
 
 import numpy as np
 import pytest
-from regression_bruteforce import depth0_sse, depth1_sse, depth2_sse
 
-from qbnb_jax import bench
-from qbnb_jax._datasets import find_datasets_dir, list_datasets, load_dataset
+from qbnb_jax.bench import solve as bench
+from qbnb_jax.bench.bruteforce import depth0_sse, depth1_sse, depth2_sse
+from qbnb_jax.bench.datasets import find_datasets_dir, list_datasets, load_dataset
 
 DATA_DIR = find_datasets_dir()
 needs_data = pytest.mark.skipif(DATA_DIR is None, reason="../shared/datasets is absent")

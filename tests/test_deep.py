@@ -80,8 +80,8 @@ def test_tiny_memory_budget_still_optimal(monkeypatch):
     memory knobs at their smallest) change nothing but speed."""
     import sys
 
-    import qbnb_jax._depth2 as depth2
-    import qbnb_jax._runner as runner
+    import qbnb_jax._device.runner as runner
+    import qbnb_jax._search.depth2 as depth2
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     from helpers import brute_force

@@ -17,7 +17,7 @@ from qbnb_jax import (
     select_depth,
     solve,
 )
-from qbnb_jax._ensemble import _assign_folds
+from qbnb_jax._sklearn.ensemble import _assign_folds
 
 
 def _expected_failed_checks(estimator):

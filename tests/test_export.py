@@ -309,7 +309,7 @@ def test_load_rejects_malformed_files(tmp_path, mutate, match):
 
 
 def test_write_text_file_replaces_whole_and_keeps_the_mode(tmp_path):
-    from qbnb_jax._export import write_text_file
+    from qbnb_jax._sklearn.export import write_text_file
 
     path = tmp_path / "out.txt"
     path.write_text("old contents, longer than the new ones\n")
@@ -386,7 +386,7 @@ def test_export_refuses_a_cyclic_tree_instead_of_looping():
 
 
 def test_load_refuses_deep_nesting(tmp_path):
-    from qbnb_jax._export import MAX_JSON_NESTING
+    from qbnb_jax._sklearn.export import MAX_JSON_NESTING
 
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000 + "]" * 100_000)
@@ -403,8 +403,7 @@ def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path):
 
 
 def test_load_refuses_trees_past_the_limits(tmp_path, monkeypatch):
-    from qbnb_jax import _export
-
+    from qbnb_jax._sklearn import export as _export
     too_deep = chain_file(tmp_path / "deep.json", _export.MAX_TREE_DEPTH + 1)
     with pytest.raises(ValueError, match=f"limited to {_export.MAX_TREE_DEPTH}"):
         load_tree(too_deep)

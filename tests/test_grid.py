@@ -5,12 +5,17 @@ import numpy as np
 import pytest
 
 import qbnb_jax
-from qbnb_jax import _runner
-from qbnb_jax._data import make_problem
-from qbnb_jax._host import build_tree, depth2_trees_shared, stumps_of_all_shared, tree_objective
-from qbnb_jax._kernels import SweepData, sweep_full, sweep_grid
-from qbnb_jax._runner import KernelRunner
-from qbnb_jax._search import depth2_splits
+from qbnb_jax._device import runner as _runner
+from qbnb_jax._device.kernels import SweepData, sweep_full, sweep_grid
+from qbnb_jax._device.runner import KernelRunner
+from qbnb_jax._problem.data import make_problem
+from qbnb_jax._problem.host import (
+    build_tree,
+    depth2_trees_shared,
+    stumps_of_all_shared,
+    tree_objective,
+)
+from qbnb_jax._search.search import depth2_splits
 
 
 def shared_batch(seed: int, n: int, p: int, P: int, n_classes: int = 2, scale: int = 1):
@@ -125,8 +130,7 @@ def test_large_two_class_batch_takes_the_grid_path_and_equals_one_by_one():
 
 def test_batch_halves_on_two_threads_equal_one_by_one(monkeypatch):
     """Large stacked batches run as two concurrent halves; the counters add up."""
-    from qbnb_jax import _batch
-
+    from qbnb_jax._search import batch as _batch
     _, X, y, W, *_ = shared_batch(7, 40, 3, 45)
     whole = qbnb_jax.solve_batch(X, y, W, task="classification")
     monkeypatch.setattr(_batch, "SPLIT_FROM", 20)
@@ -166,8 +170,7 @@ def test_stat_tables_filled_by_reweighting_equal_from_problems(scale):
 
 
 def test_batch_halves_reraise_an_error(monkeypatch):
-    from qbnb_jax import _batch
-
+    from qbnb_jax._search import batch as _batch
     _, X, y, W, *_ = shared_batch(8, 30, 3, 10)
     monkeypatch.setattr(_batch, "SPLIT_FROM", 4)
     monkeypatch.setattr(_batch, "THREADS", 2)
@@ -182,8 +185,7 @@ def test_batch_halves_reraise_an_error(monkeypatch):
 
 def test_batch_halves_with_a_time_limit_keep_valid_bounds(monkeypatch):
     """A time limit counts from the call's start in both halves; every bound is proved."""
-    from qbnb_jax import _batch
-
+    from qbnb_jax._search import batch as _batch
     rng = np.random.default_rng(2)
     X = rng.normal(size=(1500, 6))
     y = rng.integers(0, 2, 1500)

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from qbnb_jax._data import _cut_tables, make_problem
-from qbnb_jax._depth2 import row_searchsorted
-from qbnb_jax._host import stump_losses, stumps_of_all_shared
+from qbnb_jax._problem.data import _cut_tables, make_problem
+from qbnb_jax._problem.host import stump_losses, stumps_of_all_shared
+from qbnb_jax._search.depth2 import row_searchsorted
 
 
 @pytest.mark.parametrize("n_rows", [1, 5, 80])  # the row-by-row path and the binary search

@@ -21,9 +21,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from qbnb_jax import _kernels
-from qbnb_jax._data import make_problem
-from qbnb_jax._kernels import SweepData, sweep_full, sweep_gathered, sweep_grid, sweep_windowed
+from qbnb_jax._device import kernels as _kernels
+from qbnb_jax._device.kernels import (
+    SweepData,
+    sweep_full,
+    sweep_gathered,
+    sweep_grid,
+    sweep_windowed,
+)
+from qbnb_jax._problem.data import make_problem
 
 
 # ---------------------------------------------------------------------------------------

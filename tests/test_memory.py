@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from qbnb_jax import _memory
+from qbnb_jax._device import memory as _memory
 
 
 class _FakeLibc:
@@ -85,8 +85,8 @@ def test_device_tables_grow_as_p_n_not_p_squared_n():
     `table_bytes` states, which is linear in p."""
     import jax
 
-    from qbnb_jax._data import make_problem
-    from qbnb_jax._kernels import SweepData, table_bytes
+    from qbnb_jax._device.kernels import SweepData, table_bytes
+    from qbnb_jax._problem.data import make_problem
 
     rng = np.random.default_rng(1)
     n, p = 300, 60

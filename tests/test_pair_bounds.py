@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qbnb_jax._pair_bounds import PairInputs, dense_pair_bounds, sorted_pair_bounds
+from qbnb_jax._search.pair_bounds import PairInputs, dense_pair_bounds, sorted_pair_bounds
 
 
 def random_inputs(seed: int, N: int, p: int, integer: bool):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import qbnb_jax
-from qbnb_jax._kernels import execution_plan
+from qbnb_jax._device.kernels import execution_plan
 
 
 def problem(seed: int, task: str, n: int = 40, p: int = 3):

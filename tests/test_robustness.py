@@ -37,7 +37,7 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from qbnb_jax import OptimalTreeClassifier, OptimalTreeRegressor, load_tree, save_tree, solve
 from qbnb_jax._cli import main
-from qbnb_jax._solve import SUPPORTED_DEPTHS
+from qbnb_jax._search.solve import SUPPORTED_DEPTHS
 
 TOO_DEEP = max(SUPPORTED_DEPTHS) + 1  # the first depth `solve` does not accept
 
@@ -202,7 +202,7 @@ ESTIMATOR_BAD = {
         None,
         None,
         {"max_depth": TOO_DEEP},
-        rf"depth={TOO_DEEP} is not supported",
+        r"'max_depth' parameter .* in the range \[1, 8\]",  # the solver's depths
     ),
     "max_depth=2.5": (X6, None, None, {"max_depth": 2.5}, r"'max_depth' parameter"),
 }
@@ -339,7 +339,7 @@ def cli_cases(tmp: pathlib.Path, tree: str) -> dict[str, tuple[list[str], str]]:
         "depth 0": (["fit", ok, "--target", "y", "--depth", "0"], "--depth"),
         "depth too large": (
             ["fit", ok, "--target", "y", "--depth", str(TOO_DEEP), "-q"],
-            f"depth={TOO_DEEP} is not supported",
+            "--depth: must be from 1 to 8",
         ),
         "depth 2.5": (["fit", ok, "--target", "y", "--depth", "2.5"], "--depth"),
         "tree not JSON": (["export", write(tmp / "t1.json", "{oops")], "not a valid JSON"),

@@ -508,8 +508,7 @@ def _draw_blocked(count):
 def blocked_sweeps():
     """Full sweeps block by block from 64 samples on, in blocks of 8, for one class of
     tests (the compiled kernels dropped before and after)."""
-    from qbnb_jax import _kernels, _runner
-
+    from qbnb_jax._device import kernels as _kernels, runner as _runner
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_kernels, "BLOCKED_FROM", 64)
         mp.setattr(_kernels, "FULL_BLOCK", 8)

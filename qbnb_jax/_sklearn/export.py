@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ._tree import LEAF, Tree
+from qbnb_jax._problem.tree import LEAF, Tree
 
 FORMAT = "qbnb_jax.tree"
 FORMAT_VERSION = 1
@@ -805,8 +805,8 @@ class _NonFiniteNumber(ValueError):
 
 
 def _as_estimator(saved: _Saved) -> Any:
-    from ._constants import SUPPORTED_DEPTHS
-    from ._estimator import OptimalTreeClassifier, OptimalTreeRegressor
+    from qbnb_jax._constants import SUPPORTED_DEPTHS
+    from qbnb_jax._sklearn.estimator import OptimalTreeClassifier, OptimalTreeRegressor
 
     tree = saved.tree
     classification = tree.task == "classification"
@@ -845,7 +845,7 @@ def _as_estimator(saved: _Saved) -> Any:
 
 
 def _as_result(saved: _Saved) -> Any:
-    from ._solve import SolveResult
+    from qbnb_jax._search.solve import SolveResult
 
     tree = saved.tree
     n_features = saved.n_features

@@ -3,7 +3,7 @@
 Problems differ only in their stat vectors (DESIGN.md section 5), so they share one
 `SweepData`: a problem axis on the stats, a layout axis on the presorted orders (one
 layout for a shared X, one per dataset otherwise, padded to common shapes). At depth 2
-the tuples of every problem form one frontier (`_depth2.py`): an iteration is a few
+the tuples of every problem form one frontier (`_search/depth2.py`): an iteration is a few
 numpy calls and one kernel call per kind for all problems, rows tagged with their
 problem.
 
@@ -23,18 +23,18 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from ._cache import enable_persistent_cache
-from ._data import Problem, ThresholdTables, as_sample_weight, make_problem
-from ._deep import DeepSearch
-from ._depth2 import solve_depth2
-from ._host import depth2_trees_shared
-from ._kernels import SweepData
-from ._memory import tune_malloc
-from ._parallel import THREADS
-from ._runner import COUNTER_NAMES, KernelRunner
-from ._search import Search
-from ._solve import SolveResult, _check_options, _make_result
-from ._state import SearchOptions
+from qbnb_jax._device.cache import enable_persistent_cache
+from qbnb_jax._device.kernels import SweepData
+from qbnb_jax._device.memory import tune_malloc
+from qbnb_jax._device.parallel import THREADS
+from qbnb_jax._device.runner import COUNTER_NAMES, KernelRunner
+from qbnb_jax._problem.data import Problem, ThresholdTables, as_sample_weight, make_problem
+from qbnb_jax._problem.host import depth2_trees_shared
+from qbnb_jax._search.deep import DeepSearch
+from qbnb_jax._search.depth2 import solve_depth2
+from qbnb_jax._search.search import Search
+from qbnb_jax._search.solve import SolveResult, _check_options, _make_result
+from qbnb_jax._search.state import SearchOptions
 
 
 def solve_batch(
@@ -59,7 +59,7 @@ def solve_batch(
     With two classes and 32 or more such problems the kernels take the problems as
     vector lanes; 512 or more run as two halves on two threads (without a `progress`
     callback). Neither changes any result. The first call sets glibc's malloc
-    thresholds for the process (`_memory.tune_malloc`; `QBNB_JAX_TUNE_MALLOC=0`: not).
+    thresholds for the process (`memory.tune_malloc`; `QBNB_JAX_TUNE_MALLOC=0`: not).
 
     **Arguments:**
 

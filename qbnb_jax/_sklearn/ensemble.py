@@ -3,7 +3,7 @@
 Both fit many trees to one data set that differ only in their sample weights
 (bootstrap counts, fold masks), so each fits all its trees of one depth with a single
 `qbnb_jax.solve_batch` call, which shares the presorting and compiled kernels among
-them. The estimators follow the conventions of `_estimator.py` and reuse its
+them. The estimators follow the conventions of `_sklearn/estimator.py` and reuse its
 validation; fitted trees are host `Tree`s, so fitted estimators pickle.
 """
 
@@ -20,8 +20,16 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._data import as_feature_matrix, as_sample_weight, as_targets, check_task, encode_labels
-from ._estimator import (
+from qbnb_jax._problem.data import (
+    as_feature_matrix,
+    as_sample_weight,
+    as_targets,
+    check_task,
+    encode_labels,
+)
+from qbnb_jax._problem.tree import Tree
+from qbnb_jax._search.solve import SUPPORTED_DEPTHS, SolveResult
+from qbnb_jax._sklearn.estimator import (
     _PARAMETER_CONSTRAINTS,
     OptimalTreeClassifier,
     OptimalTreeRegressor,
@@ -32,8 +40,6 @@ from ._estimator import (
     _is_real,
     _solver_time_limit,
 )
-from ._solve import SUPPORTED_DEPTHS, SolveResult
-from ._tree import Tree
 
 _BAGGING_CONSTRAINTS = {
     "n_estimators": (lambda v: _is_int(v) and v >= 1, "an int in the range [1, inf)"),

@@ -1,7 +1,7 @@
 """The public entry point `solve` and its result.
 
-Depth 1 runs in `_search.py`, depth 2 the array-batched Quant-BnB of `_depth2.py`;
-depth 3 and 4 run the recursion of `_deep.py` over the root split, whose subtrees are
+Depth 1 runs in `_search/search.py`, depth 2 the array-batched Quant-BnB of `_search/depth2.py`;
+depth 3 and 4 run the recursion of `_search/deep.py` over the root split, whose subtrees are
 depth-2 (or deeper) searches on subsets of the same arrays.
 """
 
@@ -14,20 +14,20 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._appendix import AppendixSearch
-from ._cache import enable_persistent_cache
-from ._constants import BOUNDS, SUPPORTED_DEPTHS
-from ._data import make_problem
-from ._deep import DeepSearch
-from ._depth2 import solve_depth2
-from ._host import build_tree, tree_objective
-from ._runner import COUNTER_NAMES, Counters
-from ._search import Search
-from ._state import SearchOptions
-from ._tree import Tree
+from qbnb_jax._constants import BOUNDS, SUPPORTED_DEPTHS
+from qbnb_jax._device.cache import enable_persistent_cache
+from qbnb_jax._device.runner import COUNTER_NAMES, Counters
+from qbnb_jax._problem.data import make_problem
+from qbnb_jax._problem.host import build_tree, tree_objective
+from qbnb_jax._problem.tree import Tree
+from qbnb_jax._search.appendix import AppendixSearch
+from qbnb_jax._search.deep import DeepSearch
+from qbnb_jax._search.depth2 import solve_depth2
+from qbnb_jax._search.search import Search
+from qbnb_jax._search.state import SearchOptions
 
 ROUTES = ("recursion", "appendix")
-# Depth 3 and deeper recurse over the root split (`_deep.py`); each level multiplies
+# Depth 3 and deeper recurse over the root split (`_search/deep.py`); each level multiplies
 # the work, so beyond 4 only small problems finish in reasonable time.
 MAX_S = 256  # cuts per interval per iteration grow with s, and so does the work per tuple
 
@@ -125,7 +125,7 @@ def solve(
     - `y`: class labels `(n,)` (any sortable values) or targets `(n,)` / `(n, m)`.
     - `task`: `"classification"` (0-1 loss) or `"regression"` (squared error).
     - `depth`: 1 to 8 (3 and deeper cost much more, each level more again: see
-      `_deep.py`).
+      `_search/deep.py`).
     - `sample_weight`: non-negative weights `(n,)`; zero removes a sample.
     - `bound`: lower bound used for pruning: `"w0"` (default), `"w1"` (W1_{s'}), `"w2"`
       or `"l2"` (exhaustive), as in the paper's section 3.
@@ -139,8 +139,8 @@ def solve(
     - `initial_capacity`: tuples processed per block at first; doubles (up to 4096)
       while the frontier is larger, and larger frontiers are processed in blocks.
     - `route`: how depth 3 is searched: `"recursion"` (default; Quant-BnB over the root
-      split with exact depth-2 sides, `_deep.py`) or `"appendix"` (the paper's
-      appendix algorithm over tuples of depth-2 tuples, `_appendix.py`; depth 3 and
+      split with exact depth-2 sides, `_search/deep.py`) or `"appendix"` (the paper's
+      appendix algorithm over tuples of depth-2 tuples, `_search/appendix.py`; depth 3 and
       bound `"w0"` only). Both are exact; the README compares their times.
 
     **Returns:** a `SolveResult`.

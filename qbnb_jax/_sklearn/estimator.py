@@ -4,7 +4,7 @@
 `sklearn.tree.DecisionTreeClassifier` (STYLE.md section 4): a keyword-only `__init__`
 that stores its parameters verbatim, all validation in `fit`, `validate_data` /
 `check_is_fitted` from scikit-learn's public API, and fitted attributes with a trailing
-underscore. The fitted tree (`tree_`) is a `qbnb_jax._tree.Tree` of host numpy arrays,
+underscore. The fitted tree (`tree_`) is a `qbnb_jax._problem.tree.Tree` of host numpy arrays,
 so estimators pickle and `clone` like any scikit-learn estimator.
 """
 
@@ -24,10 +24,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._constants import BOUNDS, SUPPORTED_DEPTHS
-from ._data import check_values, weight_values
-from ._tree import LEAF, Tree
-
+from qbnb_jax._constants import BOUNDS, SUPPORTED_DEPTHS
+from qbnb_jax._problem.data import check_values, weight_values
+from qbnb_jax._problem.tree import LEAF, Tree
 
 
 def _is_int(value: Any) -> bool:

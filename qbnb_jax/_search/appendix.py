@@ -23,7 +23,7 @@ Per iteration and tuple, with root cuts t_0..t_s in [a, b] and each entry's own 
 An interval no wider than s is cut at every threshold into singletons, so intervals
 always shrink; a root singleton whose entries are all singletons was evaluated
 exactly in step 1 and is dropped. The alternative route, and the solver's default,
-is the recursion of `_deep.py`; `solve(..., route="appendix")` selects this one, and
+is the recursion of `_search/deep.py`; `solve(..., route="appendix")` selects this one, and
 the README compares the two.
 """
 
@@ -34,12 +34,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._data import Problem
-from ._deep import size_batches
-from ._host import best_stump, position_threshold
-from ._runner import KernelRunner
-from ._search import Search, depth2_splits
-from ._state import RTOL, SearchOptions
+from qbnb_jax._device.runner import KernelRunner
+from qbnb_jax._problem.data import Problem
+from qbnb_jax._problem.host import best_stump, position_threshold
+from qbnb_jax._search.deep import size_batches
+from qbnb_jax._search.search import Search, depth2_splits
+from qbnb_jax._search.state import RTOL, SearchOptions
 
 LEFT, RIGHT = 0, 1
 ENTRY_BLOCK_ELEMENTS = 1 << 21  # entries x pieces x sub-pieces x p pruned at once

@@ -2,8 +2,8 @@
 
 A frontier is a few parallel arrays over its T tuples; these records name them and
 give their shapes, so that the searches pass one record rather than the arrays.
-`Frontier` is the depth-2 frontier of `_depth2.py` (many problems at once),
-`RootFrontier` that of the deeper search over the root split (`_deep.py`); `Pieces`,
+`Frontier` is the depth-2 frontier of `_search/depth2.py` (many problems at once),
+`RootFrontier` that of the deeper search over the root split (`_search/deep.py`); `Pieces`,
 `PieceFeatures` and `PieceBounds` describe the pieces between a tuple's cuts.
 """
 
@@ -19,7 +19,7 @@ class Frontier(NamedTuple):
 
     A tuple's root cuts lo..hi lie strictly between two ends, lo - 1 and hi + 1, that
     were evaluated before (or are trivial): what is carried of them are lower bounds
-    (see `_depth2.Depth2Search.step`).
+    (see `depth2.Depth2Search.step`).
     """
 
     problem: np.ndarray  # (T,) int64: the tuple's problem, an index into the search
@@ -84,7 +84,7 @@ class RootFrontier(NamedTuple):
     """Alive tuples `(f0, [lo, hi])` of a deep search, T of them.
 
     Root cuts at threshold indices lo..hi lie between two ends lo - 1 and hi + 1
-    where bounds of both sides are known (see `_deep.DeepSearch.solve_deep`).
+    where bounds of both sides are known (see `deep.DeepSearch.solve_deep`).
     """
 
     root: np.ndarray  # (T,) int64: f0

@@ -13,7 +13,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from ._parallel import run_all
+from qbnb_jax._device.parallel import run_all
 
 Task = Literal["classification", "regression"]
 # How leaf losses are computed from summed stat vectors:
@@ -32,7 +32,7 @@ class ThresholdTables(NamedTuple):
     slack_left: np.ndarray  # (P, p, n+1)
     n_thresholds: np.ndarray  # (P, p)
     cut_valid: np.ndarray | None = None  # (P, p, n+1)
-    # two-class `reweighted` problems: `_host.stump_losses` of all samples, (P, p) each
+    # two-class `reweighted` problems: `host.stump_losses` of all samples, (P, p) each
     stump_loss: np.ndarray | None = None
     stump_position: np.ndarray | None = None
 
@@ -757,7 +757,7 @@ def sample_slack(task: str, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     weight W and mean mu, and mu lies in the targets' bounding box, so at most w_i
     times the largest squared distance from y_i to a corner of the box. Summed over
     the samples that change sides when a cut moves, this bounds how much each side's
-    best loss can change (the slack bound of `_depth2.py` and `_deep.py`).
+    best loss can change (the slack bound of `_search/depth2.py` and `_search/deep.py`).
     """
     if task == "classification" or len(w) == 0:
         return w
@@ -807,8 +807,8 @@ def two_class_stumps(signed: np.ndarray, valid: np.ndarray, total: np.ndarray
     it); `valid` `(B, p, n+1)`: the problem's `cut_valid`; `total` `(B,)`: the set's
     weight, or any bound of it (it only sizes the integers) when the losses are not
     used. The loss of the cut before position k is (T - |d_k| - |D - d_k|) / 2 with d
-    the prefix sums (`_host.split_losses`), so the best stump is the first largest
-    |d| + |D - d| among the valid positions: `_host.stump_losses`' losses and
+    the prefix sums (`host.split_losses`), so the best stump is the first largest
+    |d| + |D - d| among the valid positions: `host.stump_losses`' losses and
     tie-break, in integers.
     """
     B, p, n = signed.shape

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._data import Problem
-from ._runner import pow2_at_least
+from qbnb_jax._device.runner import pow2_at_least
+from qbnb_jax._problem.data import Problem
 
 # Regression and fractional weights: prune only when LB > U + RTOL*|U| + ATOL*scale.
 RTOL = 1e-9
@@ -72,7 +72,7 @@ class Incumbents:
         self.exact = np.array([pr.loss_kind == "count" for pr in problems], dtype=bool)
         self.atol = np.array([absolute_tolerance(pr) for pr in problems])  # (n_problems,)
         # (n_problems, 4) (f0, t, f1, f2) of a depth-2 incumbent found by the frontier
-        # search (`_depth2.py`); -1: the incumbent is in `splits` (or there is none)
+        # search (`_search/depth2.py`); -1: the incumbent is in `splits` (or there is none)
         self.depth2_spec = np.full((n_problems, 4), -1, dtype=np.int64)
         # (n_problems,) object: split spec of any other incumbent, or a function that
         # builds it (see `offer`); None: no tree beats the cutoff

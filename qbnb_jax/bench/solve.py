@@ -17,7 +17,7 @@ misclassification count is compared with ours. With ``--vs appendix`` (depth 3),
 solver's other route, the paper's appendix algorithm, is timed the same way on every
 dataset and its objective compared with ours. With ``--check-regression``, regression
 objectives at depth <= 2 are compared with an independent numpy brute force
-(``tests/regression_bruteforce.py`` of the repository).
+(`qbnb_jax.bench.bruteforce`, written from the definition alone).
 
 When the datasets folder holds ``optima.json`` (proved optima at depths 2 and 3), every
 objective of a solve that finished is compared with it on any backend: the ``optimum``
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import importlib.util
 import json
 import os
 import platform
@@ -46,8 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from ._constants import BOUNDS
-from ._datasets import (
+from qbnb_jax._constants import BOUNDS
+from qbnb_jax.bench import bruteforce
+from qbnb_jax.bench.datasets import (
     DEFAULT_RELATIVE_DIR,
     check_optimum,
     find_datasets_dir,
@@ -164,7 +164,7 @@ class _CacheCounter:
 
 
 def _solve(X, y, task: str, args) -> tuple[float, Any]:
-    from . import solve
+    from qbnb_jax import solve
 
     t0 = time.perf_counter()
     res = solve(X, y, task=task, depth=args.depth, bound=args.bound,
@@ -174,7 +174,7 @@ def _solve(X, y, task: str, args) -> tuple[float, Any]:
 
 def _appendix(X, y, task: str, args) -> dict[str, Any]:
     """The depth-3 appendix route as a peer: best of `--repeat` after a first solve."""
-    from . import solve
+    from qbnb_jax import solve
 
     times = []
     for _ in range(1 + max(args.repeat, 1)):
@@ -251,7 +251,7 @@ def _run_cold(name: str, root: Path, args) -> dict[str, Any]:
         cmd += ["--jax-cache", str(Path(args.jax_cache).resolve())]
     env = dict(os.environ)
     # make the child import this very package even when it is not installed
-    pkg_parent = str(Path(__file__).resolve().parent.parent)
+    pkg_parent = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(
         [pkg_parent] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     )
@@ -287,16 +287,6 @@ def _contree(X, y, depth: int, repeat: int, time_limit: float | None) -> dict[st
         timed_out |= any("time limit" in str(w.message).lower() for w in caught)
     pred = np.asarray(model.predict(Xc)).reshape(-1)
     return {"seconds": best, "objective": float(np.sum(pred != y_enc)), "timed_out": timed_out}
-
-
-def _load_bruteforce():
-    path = Path(__file__).resolve().parent.parent / "tests" / "regression_bruteforce.py"
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("_qbnb_regression_bruteforce", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # ---------------------------------------------------------------------------------------
@@ -383,11 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     _configure_jax_cache(args.jax_cache)
-    bf = None
-    if args.check_regression:
-        bf = _load_bruteforce()
-        if bf is None:
-            _log("tests/regression_bruteforce.py not found: regression check skipped")
+    bf = bruteforce if args.check_regression else None
 
     optima = load_optima(root).get(args.depth, {})
     mismatches: list[str] = []
@@ -521,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if task == "regression" and args.depth == 3 and bf is not None:
                 # No brute force reaches depth 3 on whole datasets: compare ours with the
                 # brute force on a fixed random subsample instead.
-                from . import solve
+                from qbnb_jax import solve
 
                 idx = np.random.default_rng(0).choice(len(X), min(len(X), SUBSAMPLE_D3),
                                                       replace=False)
@@ -562,7 +548,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.output).write_text(text)
         _log(f"table written to {args.output}")
     return 1 if mismatches else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

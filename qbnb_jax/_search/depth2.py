@@ -1,11 +1,11 @@
 """Quant-BnB for depth 2 (paper, Algorithm 1) over every problem of a `Search` at once.
 
 The frontier of alive tuples `(problem, f0, [a, b], F1, F2)` of every problem lives in
-one `Frontier` record (`_frontier.py`) of host numpy arrays, so each iteration costs a few dozen numpy
-calls however many problems there are; the iterations' O(n) work happens in the device
-sweeps of `_kernels.py`, batched over (problem, tuple, feature) rows. A single solve is
-one problem; a batch (`solve_batch`) or the sides of a deeper tree's root cuts are
-many. Per iteration:
+one `Frontier` record (`frontier.py`) of host numpy arrays, so each iteration costs a
+few dozen numpy calls however many problems there are; the iterations' O(n) work
+happens in the device sweeps of `_device/kernels.py`, batched over (problem, tuple,
+feature) rows. A single solve is one problem; a batch (`solve_batch`) or the sides of a
+deeper tree's root cuts are many. Per iteration:
 
 1. cut the tuple's root interval at s + 1 almost equi-spaced thresholds t_1..t_{s+1}
    strictly inside its two ends (cuts evaluated before, or the trivial 0 and u(f0));
@@ -29,13 +29,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._data import ThresholdTables
-from ._frontier import CutLosses, Frontier, PieceBounds, PieceFeatures, Pieces
-from ._host import stump_losses, stumps_of_all_shared
-from ._pair_bounds import PairInputs, pair_bounds
-from ._runner import KernelRunner, pow2_at_least
-from ._search import Search
-from ._state import Incumbents
+from qbnb_jax._device.runner import KernelRunner, pow2_at_least
+from qbnb_jax._problem.data import ThresholdTables
+from qbnb_jax._problem.host import stump_losses, stumps_of_all_shared
+from qbnb_jax._search.frontier import CutLosses, Frontier, PieceBounds, PieceFeatures, Pieces
+from qbnb_jax._search.pair_bounds import PairInputs, pair_bounds
+from qbnb_jax._search.search import Search
+from qbnb_jax._search.state import Incumbents
 
 # The paper's s' = floor(0.6 n s / (b - a)) for W1, capped to keep rows short.
 W1_FACTOR = 0.6
@@ -338,7 +338,7 @@ class Depth2Search:
         """Bounds from moving a cut by a few samples (DESIGN.md 3).
 
         Moving the root cut so that samples of total slack x change sides changes
-        each side's best-stump loss by at most x (`_data.sample_slack`: for
+        each side's best-stump loss by at most x (`data.sample_slack`: for
         classification the slack is the weight, for squared error a bound from the
         targets' range). For a root cut inside a piece whose samples' slack is W, with
         x the slack between t_{j-1} and the cut:

@@ -2,8 +2,8 @@
 
 `Search` holds what every route shares: the problems, the frozen `SearchOptions`, the
 `Incumbents` and the `SearchStats` of all its problems (a single solve has one).
-Depth 1 is solved here directly; depth 2 runs in `_depth2.py` over every problem of a
-search at once, and deeper trees in `_deep.py` and `_appendix.py`, one problem each.
+Depth 1 is solved here directly; depth 2 runs in `_search/depth2.py` over every problem of a
+search at once, and deeper trees in `_search/deep.py` and `_search/appendix.py`, one problem each.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import functools
 
 import numpy as np
 
-from ._data import Problem
-from ._host import best_stump, position_threshold
-from ._runner import KernelRunner
-from ._state import Incumbents, SearchOptions, SearchStats
+from qbnb_jax._device.runner import KernelRunner
+from qbnb_jax._problem.data import Problem
+from qbnb_jax._problem.host import best_stump, position_threshold
+from qbnb_jax._search.state import Incumbents, SearchOptions, SearchStats
 
 
 class Search:

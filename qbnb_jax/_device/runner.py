@@ -16,8 +16,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from ._data import Problem
-from ._kernels import (
+from qbnb_jax._device.kernels import (
     GRID_LANES,
     SweepData,
     sweep_full,
@@ -25,7 +24,8 @@ from ._kernels import (
     sweep_grid,
     sweep_windowed,
 )
-from ._parallel import THREADS, run_all
+from qbnb_jax._device.parallel import THREADS, run_all
+from qbnb_jax._problem.data import Problem
 
 # Elements of the (chunk, cuts, length, channels) intermediate processed at once on a
 # CPU: small enough to stay in cache (docs/design.md, "Execution plans").

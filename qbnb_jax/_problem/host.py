@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._data import Problem, midpoint, two_class_stumps
-from ._parallel import run_all
-from ._tree import LEAF, Tree
+from qbnb_jax._device.parallel import run_all
+from qbnb_jax._problem.data import Problem, midpoint, two_class_stumps
+from qbnb_jax._problem.tree import LEAF, Tree
 
 
 def leaf_loss_np(stats: np.ndarray, loss_kind: str) -> np.ndarray:
@@ -239,7 +239,7 @@ def depth2_trees_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid:
     """`build_tree` and `tree_objective` of depth-2 incumbents, for classification
     problems that share one layout (`Problem.reweighted`), vectorised over problems.
 
-    `specs[q] = (f0, t, f1, f2)`: problem q's tree is `_search.depth2_splits(problems[q],
+    `specs[q] = (f0, t, f1, f2)`: problem q's tree is `search.depth2_splits(problems[q],
     f0, t, f1, f2)`. The same trees as one at a time: the children's stumps come from the same
     `split_losses` arithmetic and tie-breaks, the thresholds from the same midpoints,
     and splits that send no weight to one side collapse as `build_tree` collapses them.

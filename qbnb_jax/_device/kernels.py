@@ -33,9 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int, Shaped
 
-from ._data import LossKind, Problem
-from ._memory import check_allocation
-from ._parallel import run_all
+from qbnb_jax._device.memory import check_allocation
+from qbnb_jax._device.parallel import run_all
+from qbnb_jax._problem.data import LossKind, Problem
 
 
 class SweepData(eqx.Module):

@@ -6,7 +6,7 @@ tree. For the root cuts t_j of a tuple we solve both sides exactly, `P(t_j)` for
 samples left of t_j and `S(t_j)` for those right of it; every tree with root cut t_j
 is then evaluated. Between two cuts, super-additivity bounds any root cut t by
 `P(t_{j-1}) + S(t_j)` (sides only grow), and the slack argument adds
-`P(t_j) + S(t_{j-1}) - W`: moving samples of total slack W (`_data.sample_slack`: their
+`P(t_j) + S(t_{j-1}) - W`: moving samples of total slack W (`data.sample_slack`: their
 weight for classification, a bound from the targets' range for squared error)
 changes a side by at most W.
 
@@ -26,13 +26,13 @@ import functools
 
 import numpy as np
 
-from ._data import Problem
-from ._depth2 import shrink_pieces, solve_depth2
-from ._frontier import PieceBounds, Pieces, RootFrontier
-from ._host import best_stump, position_threshold
-from ._runner import KernelRunner
-from ._search import Search
-from ._state import SearchOptions
+from qbnb_jax._device.runner import KernelRunner
+from qbnb_jax._problem.data import Problem
+from qbnb_jax._problem.host import best_stump, position_threshold
+from qbnb_jax._search.depth2 import shrink_pieces, solve_depth2
+from qbnb_jax._search.frontier import PieceBounds, Pieces, RootFrontier
+from qbnb_jax._search.search import Search
+from qbnb_jax._search.state import SearchOptions
 
 LEFT, RIGHT = 0, 1
 SIDE_GROUP = 32  # root cuts per batch of side solves (64 depth-2 searches in one frontier)
@@ -158,7 +158,7 @@ class DeepSearch(Search):
         """Solve every side `(f0, k, which)` of `keys` not solved yet, all at once.
 
         Depth-2 sides are compacted (`Problem.compact`: a sweep costs the side's own n)
-        and run in batches of similar size (`_depth2.py`, one frontier, shared kernel
+        and run in batches of similar size (`_search/depth2.py`, one frontier, shared kernel
         calls). A side's cutoff is the
         incumbent minus a floor of the other side at the same cut: a side that cannot
         beat it cannot be part of a better tree, and "at least the cutoff" stays a
@@ -187,7 +187,7 @@ class DeepSearch(Search):
                                   [cutoff_of[todo[j]] for j in batch])
 
     def solve_side_batch(self, keys, subs, cutoffs) -> None:
-        """Depth-2 searches of compacted sides in one frontier (`_depth2.py`)."""
+        """Depth-2 searches of compacted sides in one frontier (`_search/depth2.py`)."""
         search = Search(subs, self.side_options, runner=self.runner.for_compact(subs),
                         cutoff=cutoffs)
         solve_depth2(search)

@@ -34,7 +34,7 @@ _EXTS = (".json", ".txt")
 
 
 def _repo_root() -> Path:
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 def find_datasets_dir(path: str | Path | None = None) -> Path | None:

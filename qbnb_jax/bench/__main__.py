@@ -1,0 +1,5 @@
+import sys
+
+from qbnb_jax.bench.solve import main
+
+sys.exit(main())
