@@ -401,6 +401,17 @@ def _cumsum(x: Array, axis: int) -> Array:
     return jax.lax.associative_scan(jnp.add, x, axis=axis)
 
 
+def _sequential_sums(values: Array, key: Array, cuts: Array) -> Array:
+    """`_masked_prefix_sums` of the sequential plan, positions first: `(n, K, S)`."""
+    def step(acc, sample):
+        value, k = sample
+        acc = acc + jnp.where((k < cuts)[:, None], value[None, :], 0).astype(acc.dtype)
+        return acc, acc
+
+    start = jnp.zeros((cuts.shape[0], values.shape[-1]), values.dtype)
+    return jax.lax.scan(step, start, (values, key))[1]
+
+
 def _masked_prefix_sums(data: SweepData, values: Array, key: Array, cuts: Array) -> Array:
     """`(K, n, S)`: for each cut, the prefix sums over positions of `values` `(n, S)`,
     counting only samples whose `key` `(n,)` lies below the cut.
@@ -412,14 +423,7 @@ def _masked_prefix_sums(data: SweepData, values: Array, key: Array, cuts: Array)
     spreads over its cores.
     """
     if data.plan == "sequential":
-        def step(acc, sample):
-            value, k = sample
-            acc = acc + jnp.where((k < cuts)[:, None], value[None, :], 0).astype(acc.dtype)
-            return acc, acc
-
-        start = jnp.zeros((cuts.shape[0], values.shape[-1]), values.dtype)
-        _, sums = jax.lax.scan(step, start, (values, key))
-        return jnp.moveaxis(sums, 0, 1)
+        return jnp.moveaxis(_sequential_sums(values, key, cuts), 0, 1)
     inside = key[None, :, None] < cuts[:, None, None]
     return _cumsum(jnp.where(inside, values[None], 0).astype(values.dtype), axis=1)
 
@@ -462,8 +466,9 @@ def _best_scores(data: SweepData, left: Array, total_scan: Array, valid: Array) 
     return jnp.maximum(jnp.max(jnp.where(valid[None, :], score, low), axis=1), at_zero)
 
 
-def _extreme_prefix_sums(prefix: Array, valid: Array) -> tuple[Array, Array, Array]:
-    """Total, and max and min over valid positions, of inclusive prefix sums `(K, n)`.
+def _extreme_prefix_sums(prefix: Array, valid: Array, axis: int) -> tuple[Array, Array, Array]:
+    """Total, and max and min over valid positions, of inclusive prefix sums whose
+    positions run along `axis` (`valid` broadcast to `prefix`).
 
     The prefix sums are formed explicitly (`_cumsum`) and only then reduced with max and
     min, which are commutative: a reduction whose combine carries "sum, best prefix" is
@@ -473,8 +478,9 @@ def _extreme_prefix_sums(prefix: Array, valid: Array) -> tuple[Array, Array, Arr
     (it scores |T|), so they change neither extreme's score.
     """
     zero = jnp.zeros((), prefix.dtype)
-    at = jnp.where(valid[None, :], prefix, zero)
-    return prefix[:, -1], jnp.max(at, axis=1), jnp.min(at, axis=1)
+    at = jnp.where(valid, prefix, zero)
+    last = jnp.take(prefix, -1, axis=axis)
+    return last, jnp.max(at, axis=axis), jnp.min(at, axis=axis)
 
 
 def _wide(dtype) -> jnp.dtype:
@@ -503,15 +509,21 @@ def _binary_full_row(
     lay = data.layout_of[i]
     key = _root_positions(data, lay, f0, f)
     d = data.sorted_scan[i, f]  # (n, 1)
-    # one more cut past every position: its row is the prefix sums of the whole set
-    sums = _masked_prefix_sums(data, d, key, jnp.append(cuts, data.length))[..., 0]
-    left = sums[:-1]  # (K, n)
-    right = sums[-1][None, :] - left  # the suffix part's prefix sums
     valid = data.cut_valid[lay, f, 1:]
+    # one more cut past every position: its sums are the prefix sums of the whole set
+    every = jnp.append(cuts, data.length)
+    if data.plan == "sequential":  # positions first, as the scan leaves them
+        sums = _sequential_sums(d, key, every)[..., 0]  # (n, K + 1)
+        left, right = sums[:, :-1], sums[:, -1:] - sums[:, :-1]
+        valid, axis = valid[:, None], 0
+    else:
+        sums = _masked_prefix_sums(data, d, key, every)[..., 0]  # (K + 1, n)
+        left, right = sums[:-1], sums[-1:] - sums[:-1]
+        valid, axis = valid[None, :], 1
     pre_tot = data.root_cum[i, f0, cuts]  # (K, C)
     suf_tot = data.root_cum[i, f0, -1][None] - pre_tot
-    prefix = _two_class_score(*_extreme_prefix_sums(left, valid))
-    suffix = _two_class_score(*_extreme_prefix_sums(right, valid))
+    prefix = _two_class_score(*_extreme_prefix_sums(left, valid, axis))
+    suffix = _two_class_score(*_extreme_prefix_sums(right, valid, axis))  # the suffix part
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
