@@ -401,40 +401,36 @@ def _cumsum(x: Array, axis: int) -> Array:
     return jax.lax.associative_scan(jnp.add, x, axis=axis)
 
 
-def _sequential_sums(values: Array, key: Array, cuts: Array) -> Array:
-    """`_masked_prefix_sums` of the sequential plan, positions first: `(n, K, S)`."""
-    def step(acc, sample):
-        value, k = sample
-        acc = acc + jnp.where((k < cuts)[:, None], value[None, :], 0).astype(acc.dtype)
-        return acc, acc
-
-    start = jnp.zeros((cuts.shape[0], values.shape[-1]), values.dtype)
-    return jax.lax.scan(step, start, (values, key))[1]
-
-
 def _masked_prefix_sums(data: SweepData, values: Array, key: Array, cuts: Array) -> Array:
-    """`(K, n, S)`: for each cut, the prefix sums over positions of `values` `(n, S)`,
-    counting only samples whose `key` `(n,)` lies below the cut.
+    """`(n, K, S)`: at each position, for each cut, the prefix sums of `values` `(n, S)`
+    over the samples whose `key` `(n,)` lies below the cut.
 
-    The order of the additions is fixed by the program either way, so no backend can
-    change it. "sequential" walks the samples once, carrying K x S running sums (no
-    `(K, n, S)` operand is formed before the scan, and each step is a few vector ops);
-    "parallel" masks all at once and runs a log-depth scan, which an accelerator
-    spreads over its cores.
+    Positions come first in every sweep's arrays (the scan leaves them so, and the
+    reductions over positions then read them in place). The order of the additions is
+    fixed by the program either way, so no backend can change it. "sequential" walks
+    the samples once, carrying K x S running sums (no masked `(n, K, S)` operand is
+    formed, and each step is a few vector ops); "parallel" masks all at once and runs a
+    log-depth scan, which an accelerator spreads over its cores.
     """
     if data.plan == "sequential":
-        return jnp.moveaxis(_sequential_sums(values, key, cuts), 0, 1)
-    inside = key[None, :, None] < cuts[:, None, None]
-    return _cumsum(jnp.where(inside, values[None], 0).astype(values.dtype), axis=1)
+        def step(acc, sample):
+            value, k = sample
+            acc = acc + jnp.where((k < cuts)[:, None], value[None, :], 0).astype(acc.dtype)
+            return acc, acc
+
+        start = jnp.zeros((cuts.shape[0], values.shape[-1]), values.dtype)
+        return jax.lax.scan(step, start, (values, key))[1]
+    inside = key[:, None, None] < cuts[None, :, None]
+    return _cumsum(jnp.where(inside, values[:, None, :], 0).astype(values.dtype), axis=0)
 
 
 def _score(data: SweepData, left: Array, total_scan: Array) -> Array:
     """Score of splitting a set at each position; larger is better.
 
-    `left`: `(K, L, S)` scanned channels left of each position; `total_scan`: `(K, S)`.
+    `left`: `(L, K, S)` scanned channels left of each position; `total_scan`: `(K, S)`.
     The stump loss is `_constant(set) - score`.
     """
-    right = total_scan[:, None, :] - left
+    right = total_scan[None] - left
     if data.binary:  # loss = (T - |d_left| - |d_right|) / 2 with d = signed count
         return jnp.abs(left[..., 0]) + jnp.abs(right[..., 0])
     if data.loss_kind == "sse":  # loss = S2 - |S1_l|^2/S0_l - |S1_r|^2/S0_r
@@ -459,16 +455,16 @@ def _loss_from_score(data: SweepData, totals: Array, score: Array) -> Array:
 
 def _best_scores(data: SweepData, left: Array, total_scan: Array, valid: Array) -> Array:
     """Max score over valid positions; `left` excludes position 0, which is always valid."""
-    score = _score(data, left, total_scan)
-    at_zero = _score(data, jnp.zeros_like(left[:, :1]), total_scan)[:, 0]
+    score = _score(data, left, total_scan)  # (L, K)
+    at_zero = _score(data, jnp.zeros_like(left[:1]), total_scan)[0]
     low = jnp.asarray(jnp.iinfo(score.dtype).min if jnp.issubdtype(score.dtype, jnp.integer)
                       else -jnp.inf, score.dtype)
-    return jnp.maximum(jnp.max(jnp.where(valid[None, :], score, low), axis=1), at_zero)
+    return jnp.maximum(jnp.max(jnp.where(valid[:, None], score, low), axis=0), at_zero)
 
 
-def _extreme_prefix_sums(prefix: Array, valid: Array, axis: int) -> tuple[Array, Array, Array]:
-    """Total, and max and min over valid positions, of inclusive prefix sums whose
-    positions run along `axis` (`valid` broadcast to `prefix`).
+def _extreme_prefix_sums(prefix: Array, valid: Array) -> tuple[Array, Array, Array]:
+    """Total, and max and min over valid positions `(n,)`, of inclusive prefix sums
+    `(n, K)`.
 
     The prefix sums are formed explicitly (`_cumsum`) and only then reduced with max and
     min, which are commutative: a reduction whose combine carries "sum, best prefix" is
@@ -478,9 +474,8 @@ def _extreme_prefix_sums(prefix: Array, valid: Array, axis: int) -> tuple[Array,
     (it scores |T|), so they change neither extreme's score.
     """
     zero = jnp.zeros((), prefix.dtype)
-    at = jnp.where(valid, prefix, zero)
-    last = jnp.take(prefix, -1, axis=axis)
-    return last, jnp.max(at, axis=axis), jnp.min(at, axis=axis)
+    at = jnp.where(valid[:, None], prefix, zero)
+    return prefix[-1], jnp.max(at, axis=0), jnp.min(at, axis=0)
 
 
 def _wide(dtype) -> jnp.dtype:
@@ -511,19 +506,12 @@ def _binary_full_row(
     d = data.sorted_scan[i, f]  # (n, 1)
     valid = data.cut_valid[lay, f, 1:]
     # one more cut past every position: its sums are the prefix sums of the whole set
-    every = jnp.append(cuts, data.length)
-    if data.plan == "sequential":  # positions first, as the scan leaves them
-        sums = _sequential_sums(d, key, every)[..., 0]  # (n, K + 1)
-        left, right = sums[:, :-1], sums[:, -1:] - sums[:, :-1]
-        valid, axis = valid[:, None], 0
-    else:
-        sums = _masked_prefix_sums(data, d, key, every)[..., 0]  # (K + 1, n)
-        left, right = sums[:-1], sums[-1:] - sums[:-1]
-        valid, axis = valid[None, :], 1
+    sums = _masked_prefix_sums(data, d, key, jnp.append(cuts, data.length))[..., 0]
+    left, right = sums[:, :-1], sums[:, -1:] - sums[:, :-1]  # (n, K): right, the suffix part
     pre_tot = data.root_cum[i, f0, cuts]  # (K, C)
     suf_tot = data.root_cum[i, f0, -1][None] - pre_tot
-    prefix = _two_class_score(*_extreme_prefix_sums(left, valid, axis))
-    suffix = _two_class_score(*_extreme_prefix_sums(right, valid, axis))  # the suffix part
+    prefix = _two_class_score(*_extreme_prefix_sums(left, valid))
+    suffix = _two_class_score(*_extreme_prefix_sums(right, valid))
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
@@ -563,20 +551,20 @@ def _blocked_full_row(
     def body(carry, block):
         acc, best_pre, best_suf = carry
         key_b, scan_b, full_b, valid_b = block
-        contrib = jnp.where((key_b[None, :] < cuts[:, None])[..., None], scan_b[None], 0)
-        left = acc[:, None, :] + _cumsum(contrib.astype(acc.dtype), axis=1)
+        contrib = jnp.where((key_b[:, None] < cuts[None, :])[..., None], scan_b[:, None], 0)
+        left = acc[None] + _cumsum(contrib.astype(acc.dtype), axis=0)  # (B, K, S)
         score_pre = _score(data, left, pre_scan)
-        score_suf = _score(data, full_b[None] - left, suf_scan)
+        score_suf = _score(data, full_b[:, None] - left, suf_scan)
         low = jnp.asarray(jnp.iinfo(score_pre.dtype).min
                           if jnp.issubdtype(score_pre.dtype, jnp.integer) else -jnp.inf,
                           score_pre.dtype)
-        best_pre = jnp.maximum(best_pre, jnp.max(jnp.where(valid_b[None], score_pre, low), 1))
-        best_suf = jnp.maximum(best_suf, jnp.max(jnp.where(valid_b[None], score_suf, low), 1))
-        return (left[:, -1], best_pre, best_suf), None
+        best_pre = jnp.maximum(best_pre, jnp.max(jnp.where(valid_b[:, None], score_pre, low), 0))
+        best_suf = jnp.maximum(best_suf, jnp.max(jnp.where(valid_b[:, None], score_suf, low), 0))
+        return (left[-1], best_pre, best_suf), None
 
     zero = jnp.zeros_like(pre_scan)
-    at_zero_pre = _score(data, zero[:, None], pre_scan)[:, 0]
-    at_zero_suf = _score(data, zero[:, None], suf_scan)[:, 0]
+    at_zero_pre = _score(data, zero[None], pre_scan)[0]
+    at_zero_suf = _score(data, zero[None], suf_scan)[0]
     (_, prefix, suffix), _ = jax.lax.scan(body, (zero, at_zero_pre, at_zero_suf), xs)
     pre_tot = data.root_cum[i, f0, cuts]  # (K, C)
     suf_tot = data.root_cum[i, f0, -1][None] - pre_tot
@@ -590,28 +578,28 @@ def _full_row(data: SweepData, i: Array, f0: Array, f: Array, cuts: Array) -> tu
         return _blocked_full_row(data, i, f0, f, cuts)
     lay = data.layout_of[i]
     key = _root_positions(data, lay, f0, f)
-    left = _masked_prefix_sums(data, data.sorted_scan[i, f], key, cuts)  # (K, n, S)
+    left = _masked_prefix_sums(data, data.sorted_scan[i, f], key, cuts)  # (n, K, S)
     valid = data.cut_valid[lay, f, 1:]
     pre_tot = data.root_cum[i, f0, cuts]  # (K, C)
     suf_tot = data.root_cum[i, f0, -1][None] - pre_tot
-    pre_scan = left[:, -1]
+    pre_scan = left[-1]
     full = data.full_scan[i, f, 1:]
     prefix = _best_scores(data, left, pre_scan, valid)
-    suffix = _best_scores(data, full[None] - left, full[-1][None] - pre_scan, valid)
+    suffix = _best_scores(data, full[:, None] - left, full[-1][None] - pre_scan, valid)
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
 def _window_losses(data, i, f0, lo, hi, cuts, left, base, valid) -> tuple[Array, Array]:
     """Stump losses of [lo, c) and [c, hi) from the scans of a window's samples.
 
-    `left`: `(K, L, S)` scans of the prefix part; `base`: `(L, S)`, of the whole window.
+    `left`: `(L, K, S)` scans of the prefix part; `base`: `(L, S)`, of the whole window.
     """
     at_cuts = data.root_cum[i, f0, cuts]
     pre_tot = at_cuts - data.root_cum[i, f0, lo][None]
     suf_tot = data.root_cum[i, f0, hi][None] - at_cuts
-    pre_scan = left[:, -1]
+    pre_scan = left[-1]
     prefix = _best_scores(data, left, pre_scan, valid)
-    suffix = _best_scores(data, base[None] - left, base[-1][None] - pre_scan, valid)
+    suffix = _best_scores(data, base[:, None] - left, base[-1][None] - pre_scan, valid)
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
@@ -623,7 +611,7 @@ def _windowed_row(
     key = jnp.where(key >= lo, key, data.length)  # before the window: never inside
     # cuts lie in [lo, hi]: the cut at hi collects the whole window
     sums = _masked_prefix_sums(data, data.sorted_scan[i, f], key, jnp.append(cuts, hi))
-    left, base = sums[:-1], sums[-1]
+    left, base = sums[:, :-1], sums[:, -1]
     valid = data.cut_valid[lay, f, 1:]
     return _window_losses(data, i, f0, lo, hi, cuts, left, base, valid)
 
@@ -644,7 +632,7 @@ def _gathered_row(
     values = data.value_rank[lay, f, ids]
     valid = jnp.concatenate([inside[1:] & (values[1:] != values[:-1]), jnp.zeros(1, bool)])
     sums = _masked_prefix_sums(data, scan, pos, jnp.append(cuts, n + 1))
-    left, base = sums[:-1], sums[-1]
+    left, base = sums[:, :-1], sums[:, -1]
     return _window_losses(data, i, f0, lo, hi, cuts, left, base, valid)
 
 
