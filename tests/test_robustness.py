@@ -25,7 +25,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
 import warnings
 
 import jax
@@ -491,9 +490,9 @@ def regression_tolerance(X, y, w, want: float) -> float:
     ulps of the root SSE (every leaf's centred sum of squares is at most the root's).
     The solver *chooses* among trees with one-pass sums S2 - |S1|^2/S0 of targets
     centred once, whose error is about n * eps * (root SSE) ~ 1e-14 of it for n <= 40;
-    it prunes with a relative slack of 1e-9 |U| (README, "Exactness"). Hence
-    1e-9 |optimum| + 1e-12 (root SSE): a bound relative to the problem's own scale (no
-    `max(1, .)`: with y * 1e-8 the whole SSE is ~1e-16 and an absolute 1e-12 would
+    it prunes with a relative slack of 1e-9 |U| (docs/design.md, "Bounds and why they
+    are valid"). Hence 1e-9 |optimum| + 1e-12 (root SSE): a bound relative to the
+    problem's own scale (no `max(1, .)`: with y * 1e-8 the whole SSE is ~1e-16 and an absolute 1e-12 would
     accept any tree). Observed errors are below 1e-15 of the root SSE. One absolute term
     remains: when the optimum is a pure leaf (SSE 0), the float64 mean is still off by
     ~eps max|y|, so a reference SSE of W (eps max|y|)^2 is round-off (8 eps for margin).
@@ -678,9 +677,8 @@ def test_tie_breaking_rule():
 @pytest.fixture(scope="module")
 def slow_problem():
     """n=20000, p=12 uniform features, pure-noise labels: pruning has nothing to hold
-    on to. Measured on this 2-core machine without a limit (warm cache): 4.8 s with
-    bound="w0", s=2 (iterations of 0.25, 0.25, 0.5, 0.9, 1.6, 1.1 s, ...), 12-15 s with the
-    defaults; both far above the 0.5 s limit used here."""
+    on to, so a full solve takes many iterations, each a sizeable share of the 0.5 s
+    limit used here."""
     rng = np.random.default_rng(0)
     X = rng.uniform(size=(20000, 12))
     y = rng.integers(0, 2, size=20000)
@@ -688,39 +686,31 @@ def slow_problem():
 
 
 def timed_solve(X, y, limit, **kwargs):
-    ticks: list[float] = []
-    start = time.perf_counter()
-    res = solve(
-        X, y, time_limit=limit, progress=lambda info: ticks.append(time.perf_counter()), **kwargs
-    )
-    end = time.perf_counter()
-    return res, start, end, ticks
+    """`solve` with a time limit, and the solver's own elapsed seconds at each
+    progress report (the end of each iteration)."""
+    reports: list[float] = []
+    res = solve(X, y, time_limit=limit, progress=lambda info: reports.append(info["elapsed"]),
+                **kwargs)
+    return res, reports
 
 
 def test_time_limit_stops_within_one_iteration(slow_problem):
-    """Elapsed <= 1.1 limit + the slowest iteration + 2 s. The search checks the clock
-    between iterations, so it may overrun by one iteration; "slowest iteration" is the
-    longest gap between progress callbacks (the first gap also holds presorting, the
-    greedy tree and compiling, which count as part of the first iteration). The 2 s
-    absorb what no callback brackets (building the result, Python and JAX dispatch
-    overhead) and scheduler noise on a loaded 2-core machine: the check is about the
-    search not running on for many iterations, not about milliseconds."""
+    """The search checks its clock before each iteration, so no iteration starts after
+    the limit: every iteration but the last ended (and the next began) before it. This
+    holds however busy the machine is, unlike a bound on the wall time."""
     X, y = slow_problem
     limit = 0.5
-    res, start, end, ticks = timed_solve(
-        X, y, limit, task="classification", depth=2, bound="w0", s=2
-    )
+    res, reports = timed_solve(X, y, limit, task="classification", depth=2, bound="w0", s=2)
     assert res.status == "time_limit"
     assert np.isfinite(res.gap) and res.gap >= 0
     assert res.lower_bound <= res.objective
     assert res.gap == pytest.approx(res.objective - res.lower_bound)
     # Zero iterations is allowed: presorting, the greedy tree and a first compile can
     # use up the limit on their own, and the search then stops before iterating.
-    assert res.stats["iterations"] == len(ticks)
-    gaps = np.diff([start, *ticks])
-    slowest = float(gaps.max(initial=0.0))
-    elapsed = end - start
-    assert elapsed <= 1.1 * limit + slowest + 2.0, (elapsed, gaps)
+    assert res.stats["iterations"] == len(reports)
+    assert all(elapsed < limit for elapsed in reports[:-1]), reports
+    full = solve(X, y, task="classification", depth=2, bound="w0", s=2)
+    assert res.stats["iterations"] < full.stats["iterations"]  # it did stop early
     # the tree is a real depth-2 tree whose objective is its training loss
     pred = res.classes[res.tree.predict(X)]
     assert res.objective == np.sum(pred != y)
@@ -729,15 +719,12 @@ def test_time_limit_stops_within_one_iteration(slow_problem):
 def test_estimator_time_limit(slow_problem):
     X, y = slow_problem
     clf = OptimalTreeClassifier(time_limit=0.5, bound="w0", s=2)
-    start = time.perf_counter()
     with pytest.warns(ConvergenceWarning, match="time_limit"):
         clf.fit(X, y)
-    elapsed = time.perf_counter() - start
     assert clf.status_ == "time_limit"
     assert np.isfinite(clf.gap_) and clf.gap_ >= 0
     assert clf.lower_bound_ <= clf.objective_
     assert clf.objective_ == np.sum(clf.predict(X) != y)
-    assert elapsed < 60  # an iteration here takes at most a few seconds
     # the regressor, on a small problem with a limit that expires before the first check
     reg = OptimalTreeRegressor(time_limit=1e-9)
     with pytest.warns(ConvergenceWarning):

@@ -96,7 +96,8 @@ def tolerance(P: Problem, value: float) -> float:
 
 def gap_tolerance(P: Problem, value: float) -> float:
     """The largest allowed `gap`: 0 for exact counts; otherwise pruning keeps a tolerance
-    (DESIGN.md section 4: fractional weights follow the regression rule)."""
+    (docs/design.md, "Bounds and why they are valid": fractional weights follow
+    the regression rule)."""
     if P.task == "classification" and integral(P):
         return 0.0
     scale = float(P.w.sum()) if P.task == "classification" else root_scale(P)

@@ -1,7 +1,7 @@
 """Host-side preprocessing: validation, per-sample stat vectors and presorted orders.
 
 Everything here is numpy. The solver turns a problem into one `Problem` per fit; the
-device kernels only read the arrays it holds (DESIGN.md section 2).
+device kernels only read the arrays it holds (docs/design.md, "Problem and data layout").
 """
 
 from __future__ import annotations
@@ -513,7 +513,7 @@ def as_targets(y, n: int) -> np.ndarray:
 
 
 def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
-    """Validate inputs and build the presorted arrays of DESIGN.md section 2.
+    """Validate inputs and build the presorted arrays of docs/design.md, "Problem and data layout".
 
     Inputs float64 cannot hold well enough to prove an optimum are refused, naming
     sample_weight or y (the safe range). Regression: |y - mean| at most 2**500

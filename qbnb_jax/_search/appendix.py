@@ -1,4 +1,4 @@
-"""Depth 3 by the paper's appendix algorithm (DESIGN.md section 6, route 1).
+"""Depth 3 by the paper's appendix algorithm (docs/design.md, "Depth 3 and deeper").
 
 A tuple is `(f0, [a, b], Phi_L, Phi_R)`: the root splits on f0 at a threshold in the
 closed interval [a, b], its left subtree is a depth-2 tree of some entry of `Phi_L`
@@ -24,7 +24,7 @@ An interval no wider than s is cut at every threshold into singletons, so interv
 always shrink; a root singleton whose entries are all singletons was evaluated
 exactly in step 1 and is dropped. The alternative route, and the solver's default,
 is the recursion of `_search/deep.py`; `solve(..., route="appendix")` selects this one, and
-the README compares the two.
+docs/benchmarks.md ("Depth 3, two routes") compares the two.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Many problems in one call: `solve_batch` (shared X, many weightings), `solve_many`.
 
-Problems differ only in their stat vectors (DESIGN.md section 5), so they share one
+Problems differ only in their stat vectors (docs/design.md, "Batching"), so they share one
 `SweepData`: a problem axis on the stats, a layout axis on the presorted orders (one
 layout for a shared X, one per dataset otherwise, padded to common shapes). At depth 2
 the tuples of every problem form one frontier (`_search/depth2.py`): an iteration is a few

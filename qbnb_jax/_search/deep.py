@@ -1,6 +1,6 @@
 """Depth 3 and deeper: Quant-BnB over the root split, subtrees by depth-(d-1) solves.
 
-This is the recursion of DESIGN.md section 6 (route 2). A tuple is `(f0, [a, b])`:
+This is the recursion of docs/design.md, "Depth 3 and deeper". A tuple is `(f0, [a, b])`:
 the root splits on f0 at a threshold in [a, b], and each side is any depth-(d-1)
 tree. For the root cuts t_j of a tuple we solve both sides exactly, `P(t_j)` for the
 samples left of t_j and `S(t_j)` for those right of it; every tree with root cut t_j

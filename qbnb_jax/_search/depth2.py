@@ -335,7 +335,8 @@ class Depth2Search:
 
     def slack(self, block: Frontier, losses: CutLosses, pieces: Pieces, keep: PieceFeatures
               ) -> tuple[Pieces, PieceFeatures]:
-        """Bounds from moving a cut by a few samples (DESIGN.md 3).
+        """Bounds from moving a cut by a few samples (docs/design.md, "Bounds and why
+        they are valid", slack bound).
 
         Moving the root cut so that samples of total slack x change sides changes
         each side's best-stump loss by at most x (`data.sample_slack`: for

@@ -141,7 +141,7 @@ def solve(
     - `route`: how depth 3 is searched: `"recursion"` (default; Quant-BnB over the root
       split with exact depth-2 sides, `_search/deep.py`) or `"appendix"` (the paper's
       appendix algorithm over tuples of depth-2 tuples, `_search/appendix.py`; depth 3 and
-      bound `"w0"` only). Both are exact; the README compares their times.
+      bound `"w0"` only). Both are exact; docs/benchmarks.md compares their times.
 
     **Returns:** a `SolveResult`.
 

@@ -1,8 +1,8 @@
 """scikit-learn estimators around `qbnb_jax.solve`.
 
 `OptimalTreeClassifier` and `OptimalTreeRegressor` follow the conventions of
-`sklearn.tree.DecisionTreeClassifier` (STYLE.md section 4): a keyword-only `__init__`
-that stores its parameters verbatim, all validation in `fit`, `validate_data` /
+`sklearn.tree.DecisionTreeClassifier`: a keyword-only `__init__` that stores its
+parameters verbatim, all validation in `fit`, `validate_data` /
 `check_is_fitted` from scikit-learn's public API, and fitted attributes with a trailing
 underscore. The fitted tree (`tree_`) is a `qbnb_jax._problem.tree.Tree` of host numpy arrays,
 so estimators pickle and `clone` like any scikit-learn estimator.
