@@ -246,8 +246,8 @@ def make_case(index: int):
 
 def tolerance(oracle: ExactOracle, optimum: Fraction, w) -> Fraction:
     """The solver's pruning tolerance (docs/design.md, "Bounds and why they are valid"):
-    none for integer counts; 1e-9 of the optimum plus 1e-12 of the total weight (classification) or of the root's
-    squared error (regression)."""
+    none for integer counts; 1e-9 of the optimum plus 1e-12 of the total weight
+    (classification) or of the root's squared error (regression)."""
     integral = bool(np.all(w == np.round(w))) and float(np.sum(w)) < 2**30
     if oracle.task == "classification":
         if integral:

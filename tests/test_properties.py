@@ -48,7 +48,8 @@ from qbnb_jax import OptimalTreeClassifier, OptimalTreeRegressor, solve  # noqa:
 EXAMPLES = int(os.environ.get("QBNB_HYPOTHESIS_EXAMPLES", "100"))
 BOUNDS = ("w0", "w1", "w2", "l2")
 # The solver's pruning slack for float losses (docs/design.md, "Bounds and why they are
-# valid"): LB > U + RTOL |U| + ATOL max(scale, 1). A returned gap may be up to that; twice leaves room for round-off.
+# valid"): LB > U + RTOL |U| + ATOL max(scale, 1). A returned gap may be up to that;
+# twice leaves room for round-off.
 RTOL, ATOL = 1e-9, 1e-12
 
 SETTINGS = settings(

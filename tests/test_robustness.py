@@ -492,8 +492,8 @@ def regression_tolerance(X, y, w, want: float) -> float:
     centred once, whose error is about n * eps * (root SSE) ~ 1e-14 of it for n <= 40;
     it prunes with a relative slack of 1e-9 |U| (docs/design.md, "Bounds and why they
     are valid"). Hence 1e-9 |optimum| + 1e-12 (root SSE): a bound relative to the
-    problem's own scale (no `max(1, .)`: with y * 1e-8 the whole SSE is ~1e-16 and an absolute 1e-12 would
-    accept any tree). Observed errors are below 1e-15 of the root SSE. One absolute term
+    problem's own scale (no `max(1, .)`: with y * 1e-8 the whole SSE is ~1e-16 and an
+    absolute 1e-12 would accept any tree). Observed errors are below 1e-15 of the root SSE. One absolute term
     remains: when the optimum is a pure leaf (SSE 0), the float64 mean is still off by
     ~eps max|y|, so a reference SSE of W (eps max|y|)^2 is round-off (8 eps for margin).
     """
