@@ -495,7 +495,8 @@ def regression_tolerance(X, y, w, want: float) -> float:
     problem's own scale (no `max(1, .)`: with y * 1e-8 the whole SSE is ~1e-16 and an
     absolute 1e-12 would accept any tree). Observed errors are below 1e-15 of the root
     SSE. One absolute term remains: when the optimum is a pure leaf (SSE 0), the float64
-    mean is still off by ~eps max|y|, so a reference SSE of W (eps max|y|)^2 is round-off (8 eps for margin).
+    mean is still off by ~eps max|y|, so a reference SSE of W (eps max|y|)^2 is
+    round-off (8 eps for margin).
     """
     w = np.ones(len(X)) if w is None else w
     Y = np.asarray(y, dtype=np.float64).reshape(len(X), -1)[w > 0]
