@@ -30,6 +30,11 @@ from qbnb_jax._problem.data import Problem
 # Elements of the (chunk, cuts, length, channels) intermediate processed at once on a
 # CPU: small enough to stay in cache (docs/design.md, "Execution plans").
 CHUNK_ELEMENTS = 1 << 18
+# Sweeps of several channels (classes, regression sums) carry K x channels running sums
+# per row, too few vector lanes for one row a call: they take 4x more elements a call
+# (measured on bean, fault, segment and page: fewer, fuller calls; two-class sweeps
+# gain nothing from it).
+CHANNEL_CHUNK_ELEMENTS = 1 << 20
 MAX_CHUNK = 64
 # Two-class sweeps keep only K running sums per row, so when a call has rows to spare
 # they go in 4x larger chunks: fewer calls, less dispatch. Few rows keep the small
@@ -221,7 +226,8 @@ class KernelRunner:
         if self.data.plan == "parallel":
             fit = _accelerator_free_bytes() // (ACCELERATOR_SHARE * BYTES_PER_ELEMENT * per_row)
             return max(1, min(ACCELERATOR_MAX_ROWS, _pow2_at_most(fit), pow2_at_least(rows)))
-        chunk = max(1, min(MAX_CHUNK, _pow2_at_most(CHUNK_ELEMENTS // max(per_row, 1))))
+        budget = CHUNK_ELEMENTS if self.data.binary else CHANNEL_CHUNK_ELEMENTS
+        chunk = max(1, min(MAX_CHUNK, _pow2_at_most(budget // max(per_row, 1))))
         big = chunk * BIG_CHUNK_FACTOR
         if self.data.binary and rows >= 2 * THREADS * big:
             return big
