@@ -198,6 +198,10 @@ class _BaseOptimalTree(BaseEstimator):
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "tree_")
 
+    def _weigh_classes(self, y: np.ndarray, sample_weight: np.ndarray | None):
+        """Sample weights with any per-class weights folded in (classifiers)."""
+        return sample_weight
+
     def _fit(
         self,
         X: Any,
@@ -209,7 +213,7 @@ class _BaseOptimalTree(BaseEstimator):
         self._validate_params()
         X, y = self._validate_data_fit(X, y)
         n = X.shape[0]
-        sw = _check_sample_weight(sample_weight, n)
+        sw = self._weigh_classes(y, _check_sample_weight(sample_weight, n))
         y_cols, label_attrs = self._encode_y(y)  # float (n, k): class codes or targets
         Xc, yc, wc = _canonical_rows(X, y_cols, sw)
 
@@ -318,6 +322,11 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
     s : int, default=3
         How finely each root interval is cut per iteration (about s quantile
         pieces; see `qbnb_jax.solve`).
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into the sample weights as scikit-learn's
+        trees do: ``{label: weight}``, or "balanced" for
+        ``n_samples / (n_classes * count of the label)``. The tree is optimal for the
+        weighted misclassification.
 
     Attributes
     ----------
@@ -380,12 +389,39 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
     """
 
     _task = "classification"
+    _parameter_constraints = {
+        **_PARAMETER_CONSTRAINTS,
+        "class_weight": (lambda v: v is None or v == "balanced" or isinstance(v, dict),
+                         'None, "balanced" or a dict {label: weight}'),
+    }
+
+    def __init__(
+        self,
+        *,
+        max_depth: int = 2,
+        bound: str = "w0",
+        time_limit: float | None = None,
+        verbose: bool | int = False,
+        s: int = 3,
+        class_weight: dict | str | None = None,
+    ) -> None:
+        super().__init__(max_depth=max_depth, bound=bound, time_limit=time_limit,
+                         verbose=verbose, s=s)
+        self.class_weight = class_weight
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = False
         tags.classifier_tags.multi_label = False
         return tags
+
+    def _weigh_classes(self, y: np.ndarray, sample_weight: np.ndarray | None):
+        if self.class_weight is None:
+            return sample_weight
+        from sklearn.utils.class_weight import compute_sample_weight
+
+        weights = compute_sample_weight(self.class_weight, y)
+        return weights if sample_weight is None else weights * sample_weight
 
     def _validate_data_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
         check_values(X, "X")  # what scikit-learn's float64 conversion would misread
