@@ -227,3 +227,77 @@ def test_class_weight_changes_the_tree_towards_a_rare_class():
 def test_class_weight_is_validated():
     with pytest.raises(ValueError, match="class_weight"):
         OptimalTreeClassifier(class_weight="even").fit([[0.0], [1.0]], [0, 1])
+
+
+# -- feature_importances_, decision_path, max_depth=None ------------------------------
+def _members(tree, X):
+    """Independent of the library's traversal: node -> bool mask, by recursion."""
+    out = {}
+
+    def visit(node, mask):
+        out[node] = mask
+        if tree.feature[node] >= 0:
+            go_left = X[:, tree.feature[node]] <= tree.threshold[node]
+            visit(tree.children_left[node], mask & go_left)
+            visit(tree.children_right[node], mask & ~go_left)
+
+    visit(0, np.ones(len(X), dtype=bool))
+    return out
+
+
+def _importances(tree, X, y, w, n_features, classification):
+    members = _members(tree, X)
+
+    def impurity(mask):
+        weight = w[mask].sum()
+        if weight == 0:
+            return 0.0, 0.0
+        if classification:
+            shares = np.array([w[mask & (y == c)].sum() for c in np.unique(y)]) / weight
+            return weight, 1.0 - np.sum(shares**2)
+        Y = y[mask].reshape(int(mask.sum()), -1)
+        mean = np.average(Y, axis=0, weights=w[mask])
+        return weight, float(np.mean(np.average((Y - mean) ** 2, axis=0, weights=w[mask])))
+
+    out = np.zeros(n_features)
+    for node, mask in members.items():
+        if tree.feature[node] < 0:
+            continue
+        parts = [impurity(members[k]) for k in (node, tree.children_left[node],
+                                                 tree.children_right[node])]
+        out[tree.feature[node]] += parts[0][0] * parts[0][1] - sum(a * b for a, b in parts[1:])
+    return out / out.sum() if out.sum() > 0 else out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_feature_importances_are_the_weighted_impurity_decrease(seed):
+    rng = np.random.default_rng(seed)
+    X = np.round(rng.normal(size=(40, 4)), 1)
+    w = rng.integers(1, 4, 40).astype(float)
+    y = (X[:, 0] + 0.5 * X[:, 2] > 0).astype(int) + (X[:, 1] > 1)
+    clf = OptimalTreeClassifier(max_depth=2).fit(X, y, sample_weight=w)
+    np.testing.assert_allclose(clf.feature_importances_,
+                               _importances(clf.tree_, X, y, w, 4, True), atol=1e-12)
+    target = X[:, 0] * 2 + np.abs(X[:, 3]) + rng.normal(size=40) * 0.1
+    reg = OptimalTreeRegressor(max_depth=2).fit(X, target, sample_weight=w)
+    np.testing.assert_allclose(reg.feature_importances_,
+                               _importances(reg.tree_, X, target, w, 4, False), atol=1e-9)
+    assert reg.feature_importances_.sum() == pytest.approx(1.0)
+
+
+def test_decision_path_marks_the_nodes_on_each_path(iris):
+    X, y = iris
+    clf = OptimalTreeClassifier(max_depth=2).fit(X, y)
+    path = clf.decision_path(X).toarray()
+    members = _members(clf.tree_, X)
+    want = np.stack([members[node] for node in range(clf.tree_.n_nodes)], axis=1)
+    np.testing.assert_array_equal(path.astype(bool), want)
+    leaves = clf.apply(X)
+    assert path[np.arange(len(X)), leaves].all()
+
+
+def test_max_depth_none_is_the_deepest_supported_depth():
+    X = np.arange(6.0)[:, None]
+    y = np.array([0, 1, 0, 1, 0, 1])
+    clf = OptimalTreeClassifier(max_depth=None).fit(X, y)
+    assert clf.objective_ == 0 and clf.status_ == "optimal"

@@ -49,6 +49,32 @@ class Tree:
     def n_leaves(self) -> int:
         return int(np.sum(self.children_left == LEAF))
 
+    def node_indicator(self, X: np.ndarray) -> np.ndarray:
+        """Bool `(n_samples, n_nodes)`: which nodes each row of `X` passes through."""
+        X = np.asarray(X, dtype=np.float64)
+        reach = np.zeros((X.shape[0], self.n_nodes), dtype=bool)
+        reach[:, 0] = True
+        for node in range(self.n_nodes):  # preorder: a parent comes before its children
+            f = self.feature[node]
+            if f == LEAF:
+                continue
+            left = X[:, f] <= self.threshold[node]
+            reach[:, self.children_left[node]] = reach[:, node] & left
+            reach[:, self.children_right[node]] = reach[:, node] & ~left
+        return reach
+
+    def impurity_decrease(self, impurity: np.ndarray, n_features: int) -> np.ndarray:
+        """Per feature, the weighted impurity decrease of its splits, normalised to sum
+        to 1 (scikit-learn's `feature_importances_`); `impurity`: per node."""
+        w = self.weighted_n_node_samples
+        out = np.zeros(n_features)
+        for node in np.flatnonzero(self.feature != LEAF):
+            left, right = self.children_left[node], self.children_right[node]
+            out[self.feature[node]] += (w[node] * impurity[node] - w[left] * impurity[left]
+                                        - w[right] * impurity[right])
+        total = out.sum()
+        return out / total if total > 0 else out
+
     @property
     def max_depth(self) -> int:
         depth = np.zeros(self.n_nodes, dtype=np.int64)

@@ -39,6 +39,7 @@ from qbnb_jax._sklearn.estimator import (
     _is_int,
     _is_real,
     _solver_time_limit,
+    solver_depth,
 )
 
 _BAGGING_CONSTRAINTS = {
@@ -156,7 +157,7 @@ class _BaseBaggedOptimalTree(BaseEstimator):
             y_solve,
             weights * wc,
             task=self._task,
-            depth=self.max_depth,
+            depth=solver_depth(self.max_depth),
             bound=self.bound,
             time_limit=_solver_time_limit(self.time_limit),
         )
@@ -187,8 +188,8 @@ class BaggedOptimalTreeClassifier(ClassifierMixin, _BaseBaggedOptimalTree):
     ----------
     n_estimators : int, default=10
         Number of trees.
-    max_depth : int, default=2
-        Depth of every tree (1 to 8; 3 and deeper cost much more).
+    max_depth : int or None, default=2
+        Depth of every tree (1 to 8, None: 8; 3 and deeper cost much more).
     max_samples : int, float or None, default=None
         Samples drawn for each tree: None draws as many as there are (distinct)
         training samples, an int that many, a float in (0, 1] that fraction of them.
@@ -322,8 +323,8 @@ class BaggedOptimalTreeRegressor(RegressorMixin, _BaseBaggedOptimalTree):
     ----------
     n_estimators : int, default=10
         Number of trees.
-    max_depth : int, default=2
-        Depth of every tree (1 to 8; 3 and deeper cost much more).
+    max_depth : int or None, default=2
+        Depth of every tree (1 to 8, None: 8; 3 and deeper cost much more).
     max_samples : int, float or None, default=None
         Samples drawn for each tree: None draws as many as there are (distinct)
         training samples, an int that many, a float in (0, 1] that fraction of them.

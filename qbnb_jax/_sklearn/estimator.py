@@ -39,8 +39,8 @@ def _is_real(value: Any) -> bool:
 
 # name -> (accepts value?, what the value must be). Checked at the start of `fit`.
 _PARAMETER_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "max_depth": (lambda v: _is_int(v) and v in SUPPORTED_DEPTHS,
-                  f"an int in the range [{SUPPORTED_DEPTHS[0]}, {SUPPORTED_DEPTHS[-1]}]"),
+    "max_depth": (lambda v: v is None or (_is_int(v) and v in SUPPORTED_DEPTHS),
+                  f"None or an int in the range [{SUPPORTED_DEPTHS[0]}, {SUPPORTED_DEPTHS[-1]}]"),
     "bound": (lambda v: isinstance(v, str) and v in BOUNDS, f"a str among {list(BOUNDS)}"),
     "time_limit": (
         lambda v: v is None or (_is_real(v) and not math.isnan(v) and v > 0),
@@ -52,6 +52,11 @@ _PARAMETER_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "s": (lambda v: _is_int(v) and v >= 2, "an int in the range [2, inf)"),
 }
+
+
+def solver_depth(max_depth: int | None) -> int:
+    """`max_depth` as `solve` takes it: None is the deepest supported depth."""
+    return SUPPORTED_DEPTHS[-1] if max_depth is None else int(max_depth)
 
 
 def _solver_time_limit(time_limit: Any) -> float | None:
@@ -230,7 +235,7 @@ class _BaseOptimalTree(BaseEstimator):
             Xc,
             y_solve,
             task=self._task,
-            depth=self.max_depth,
+            depth=solver_depth(self.max_depth),
             sample_weight=wc,
             bound=self.bound,
             s=self.s,
@@ -238,6 +243,7 @@ class _BaseOptimalTree(BaseEstimator):
             progress=progress,
         )
         self._adopt(result, label_attrs)
+        self._node_impurity = self._impurity_of_nodes(Xc, yc, wc)
         if self.status_ != "optimal":
             warnings.warn(
                 f"{type(self).__name__} stopped with status {self.status_!r} before proving "
@@ -284,6 +290,48 @@ class _BaseOptimalTree(BaseEstimator):
         X = self._validate_X_predict(X)
         return self.tree_.apply(X)
 
+    def decision_path(self, X: Any):
+        """Return the nodes each sample passes through, as scikit-learn's trees do.
+
+        Returns
+        -------
+        indicator : sparse matrix of shape (n_samples, n_nodes)
+            Nonzero where the sample passes through the node (CSR, as scikit-learn).
+        """
+        from scipy.sparse import csr_matrix
+
+        X = self._validate_X_predict(X)
+        return csr_matrix(self.tree_.node_indicator(X).astype(np.int64))
+
+    @property
+    def feature_importances_(self) -> np.ndarray:
+        """Weighted impurity decrease of each feature's splits, normalised to sum to 1
+        (scikit-learn's definition: Gini impurity for classifiers, squared error for
+        regressors, from the training data)."""
+        check_is_fitted(self)
+        impurity = getattr(self, "_node_impurity", None)
+        if impurity is None and self._task == "classification":  # the counts suffice
+            impurity = self._impurity_of_nodes(None, None, None)
+        if impurity is None:
+            raise AttributeError(
+                "feature_importances_ needs the node impurities of the training data, "
+                "which a tree loaded from a file does not carry")
+        return self.tree_.impurity_decrease(impurity, self.n_features_in_)
+
+    def _impurity_of_nodes(self, X: np.ndarray, y_cols: np.ndarray, w: np.ndarray | None):
+        """Per node: Gini impurity (classification, from the class counts) or the mean
+        over targets of the weighted variance (regression, from the training rows)."""
+        tree = self.tree_
+        if self._task == "classification":
+            total = np.maximum(tree.weighted_n_node_samples, 1e-300)[:, None]
+            return 1.0 - np.sum((tree.value / total) ** 2, axis=1)
+        w = np.ones(len(X)) if w is None else w
+        reach = tree.node_indicator(X).astype(np.float64) * w[:, None]  # (n, n_nodes)
+        weight = np.maximum(reach.sum(axis=0), 1e-300)
+        mean = reach.T @ y_cols / weight[:, None]
+        square = reach.T @ (y_cols**2) / weight[:, None]
+        return np.maximum(square - mean**2, 0.0).mean(axis=1)
+
     def get_depth(self) -> int:
         """Return the depth of the fitted tree (a single leaf has depth 0)."""
         check_is_fitted(self)
@@ -306,10 +354,10 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
 
     Parameters
     ----------
-    max_depth : int, default=2
-        Depth of the tree. The tree is perfect (every leaf at this depth), but a split
-        may send all samples one way, so the optimum is never worse than a shallower
-        tree's.
+    max_depth : int or None, default=2
+        Depth of the tree, 1 to 8 (None: 8, the deepest supported). The tree is
+        perfect (every leaf at this depth), but a split may send all samples one way,
+        so the optimum is never worse than a shallower tree's.
     bound : {"w0", "w1", "w2", "l2"}, default="w0"
         The lower bound used to prune the search (see the paper). It changes the speed
         of the search, never its result.
@@ -518,9 +566,10 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
 
     Parameters
     ----------
-    max_depth : int, default=2
-        Depth of the tree. The tree is perfect, but a split may send all samples one
-        way, so the optimum is never worse than a shallower tree's.
+    max_depth : int or None, default=2
+        Depth of the tree, 1 to 8 (None: 8, the deepest supported). The tree is
+        perfect, but a split may send all samples one way, so the optimum is never
+        worse than a shallower tree's.
     bound : {"w0", "w1", "w2", "l2"}, default="w0"
         The lower bound used to prune the search. It changes the speed of the
         search, never its result.
