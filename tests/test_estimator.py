@@ -301,3 +301,31 @@ def test_max_depth_none_is_the_deepest_supported_depth():
     y = np.array([0, 1, 0, 1, 0, 1])
     clf = OptimalTreeClassifier(max_depth=None).fit(X, y)
     assert clf.objective_ == 0 and clf.status_ == "optimal"
+
+
+# -- scikit-learn's own drawing functions ---------------------------------------------
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_to_sklearn_predicts_the_same_and_sklearn_draws_it(task):
+    from sklearn.tree import export_graphviz, export_text
+
+    rng = np.random.default_rng(3)
+    X = rng.random((60, 3))
+    if task == "classification":
+        y = np.where(X[:, 0] > 0.5, "a", np.where(X[:, 1] > 0.3, "b", "c"))
+        est = OptimalTreeClassifier(max_depth=2).fit(X, y)
+    else:
+        y = np.stack([X[:, 0] * 2 + X[:, 1], X[:, 2]], axis=1)
+        est = OptimalTreeRegressor(max_depth=2).fit(X, y)
+    model = est.to_sklearn()
+    np.testing.assert_array_equal(model.apply(X), est.apply(X))
+    if task == "classification":
+        np.testing.assert_array_equal(model.predict(X), est.predict(X))
+        np.testing.assert_allclose(model.predict_proba(X), est.predict_proba(X))
+    else:
+        np.testing.assert_allclose(model.predict(X), est.predict(X))
+    np.testing.assert_allclose(model.feature_importances_, est.feature_importances_,
+                               atol=1e-12)
+    assert model.tree_.n_node_samples[0] == len(X)
+    # a line per edge and one per leaf
+    assert export_text(model).count("|---") == est.tree_.n_nodes - 1 + est.get_n_leaves()
+    assert export_graphviz(model).count("->") == est.tree_.n_nodes - 1

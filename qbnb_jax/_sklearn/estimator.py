@@ -244,6 +244,7 @@ class _BaseOptimalTree(BaseEstimator):
         )
         self._adopt(result, label_attrs)
         self._node_impurity = self._impurity_of_nodes(Xc, yc, wc)
+        self._node_samples = self.tree_.node_indicator(X).sum(axis=0)
         if self.status_ != "optimal":
             warnings.warn(
                 f"{type(self).__name__} stopped with status {self.status_!r} before proving "
@@ -331,6 +332,62 @@ class _BaseOptimalTree(BaseEstimator):
         mean = reach.T @ y_cols / weight[:, None]
         square = reach.T @ (y_cols**2) / weight[:, None]
         return np.maximum(square - mean**2, 0.0).mean(axis=1)
+
+    def to_sklearn(self):
+        """The fitted tree as a fitted scikit-learn `DecisionTreeClassifier` or
+        `DecisionTreeRegressor`, with the same splits and predictions, so that
+        scikit-learn's own `plot_tree`, `export_graphviz` and `export_text` draw it.
+
+        Node impurities and sample counts are those of the training data (Gini for a
+        classifier, squared error for a regressor), as scikit-learn stores them.
+        """
+        from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+        from sklearn.tree._tree import NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED, Tree as SklearnTree
+
+        check_is_fitted(self)
+        impurity = self._node_impurity_or_nan()
+        tree = self.tree_
+        leaf = tree.feature == LEAF
+        nodes = np.zeros(tree.n_nodes, dtype=NODE_DTYPE)
+        nodes["left_child"] = np.where(leaf, TREE_LEAF, tree.children_left)
+        nodes["right_child"] = np.where(leaf, TREE_LEAF, tree.children_right)
+        nodes["feature"] = np.where(leaf, TREE_UNDEFINED, tree.feature)
+        nodes["threshold"] = np.where(leaf, TREE_UNDEFINED, tree.threshold)
+        nodes["impurity"] = impurity
+        samples = getattr(self, "_node_samples", None)
+        nodes["n_node_samples"] = (np.rint(tree.weighted_n_node_samples) if samples is None
+                                   else samples)
+        nodes["weighted_n_node_samples"] = tree.weighted_n_node_samples
+        classification = self._task == "classification"
+        if classification:  # scikit-learn keeps each node's class shares
+            total = np.maximum(tree.weighted_n_node_samples, 1e-300)[:, None]
+            values = (tree.value / total)[:, None, :]
+            outputs, classes = 1, np.array([len(self.classes_)], dtype=np.intp)
+            model = DecisionTreeClassifier(max_depth=max(tree.max_depth, 1))
+        else:
+            values = tree.value[:, :, None]
+            outputs = tree.value.shape[1]
+            classes = np.ones(outputs, dtype=np.intp)
+            model = DecisionTreeRegressor(max_depth=max(tree.max_depth, 1))
+        fitted = SklearnTree(self.n_features_in_, classes, outputs)
+        fitted.__setstate__({"max_depth": tree.max_depth, "node_count": tree.n_nodes,
+                             "nodes": nodes, "values": np.ascontiguousarray(values)})
+        model.tree_ = fitted
+        model.n_features_in_ = self.n_features_in_
+        model.n_outputs_ = outputs
+        model.max_features_ = self.n_features_in_
+        if hasattr(self, "feature_names_in_"):
+            model.feature_names_in_ = self.feature_names_in_
+        if classification:
+            model.classes_ = self.classes_
+            model.n_classes_ = len(self.classes_)
+        return model
+
+    def _node_impurity_or_nan(self) -> np.ndarray:
+        impurity = getattr(self, "_node_impurity", None)
+        if impurity is None and self._task == "classification":
+            impurity = self._impurity_of_nodes(None, None, None)
+        return np.full(self.tree_.n_nodes, np.nan) if impurity is None else impurity
 
     def get_depth(self) -> int:
         """Return the depth of the fitted tree (a single leaf has depth 0)."""
