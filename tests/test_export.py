@@ -415,3 +415,24 @@ def test_load_refuses_trees_past_the_limits(tmp_path, monkeypatch):
     monkeypatch.setattr(_export, "MAX_FILE_BYTES", 100)
     with pytest.raises(ValueError, match="larger than the 100 bytes"):
         load_tree(path)
+
+
+def test_plot_tree_draws_parents_above_the_edges_that_end_at_them():
+    """Each edge runs from its parent's centre to the child; the parent's box must be
+    drawn above it, or the edge crosses the parent's text."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    clf = OptimalTreeClassifier(max_depth=2).fit(X, y)
+    fig, ax = plt.subplots()
+    artists = plot_tree(clf, ax=ax)
+    tree = clf.tree_
+    for node in range(tree.n_nodes):
+        for child in (tree.children_left[node], tree.children_right[node]):
+            if child >= 0:
+                assert artists[node].get_zorder() > artists[child].get_zorder()
+    plt.close(fig)

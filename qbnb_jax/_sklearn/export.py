@@ -509,6 +509,7 @@ def plot_tree(
         if child != LEAF and int(child) in x_pos
     }
     artists = []
+    deepest = max(depth_of.values(), default=0)
     for node in sorted(x_pos):
         lines = _node_lines(model, node, names, classes, precision, node_ids, "x[{}]")
         truncated = max_depth is not None and depth_of[node] > max_depth
@@ -521,6 +522,9 @@ def plot_tree(
             va="center",
             bbox=dict(boxstyle="round", fc=face, ec="black"),
             xycoords="axes fraction",
+            # A node's edge starts at its parent's centre: parents are drawn above
+            # their children, so each box hides the edges' ends behind its text.
+            zorder=3 + deepest - depth_of[node],
         )
         if fontsize is not None:
             kwargs["fontsize"] = fontsize
