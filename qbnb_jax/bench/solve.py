@@ -47,6 +47,7 @@ import numpy as np
 
 from qbnb_jax._constants import BOUNDS
 from qbnb_jax.bench import bruteforce
+from qbnb_jax.bench.synthetic import SYNTHETIC, load_synthetic
 from qbnb_jax.bench.datasets import (
     DEFAULT_RELATIVE_DIR,
     check_optimum,
@@ -219,6 +220,10 @@ def _maybe_float(v) -> float | None:
     return None if v is None else float(v)
 
 
+def _load(root, name: str):
+    return load_synthetic(name) if name in SYNTHETIC else load_dataset(root, name)
+
+
 def _cold_main(args) -> int:
     """Child process: load one dataset, solve once, print a JSON line."""
     out: dict[str, Any] = {"name": args._cold}
@@ -227,9 +232,9 @@ def _cold_main(args) -> int:
         counter = _CacheCounter()
         counter.register()
         root = find_datasets_dir(args.data_dir)
-        if root is None:
+        if root is None and args._cold not in SYNTHETIC:
             raise FileNotFoundError(f"datasets folder not found: {args.data_dir}")
-        X, y, task = load_dataset(root, args._cold)
+        X, y, task = _load(root, args._cold)
         # qbnb_jax and jax are imported already (this module is part of the package);
         # backend initialisation and compilation fall inside the timed first solve.
         seconds, res = _solve(X, y, task, args)
@@ -242,9 +247,11 @@ def _cold_main(args) -> int:
     return 0
 
 
-def _run_cold(name: str, root: Path, args) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "qbnb_jax.bench", "--_cold", name, "--data-dir", str(root),
+def _run_cold(name: str, root: Path | None, args) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "qbnb_jax.bench", "--_cold", name,
            "--depth", str(args.depth), "--bound", args.bound, "--route", args.route]
+    if root is not None:
+        cmd += ["--data-dir", str(root)]
     if args.time_limit is not None:
         cmd += ["--time-limit", repr(args.time_limit)]
     if args.jax_cache is not None:
@@ -354,14 +361,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail("the appendix route solves --depth 3 with --bound w0 only")
 
     root = find_datasets_dir(args.data_dir)
-    if root is None:
+    asked = [s.strip() for s in (args.datasets or "").split(",") if s.strip()]
+    if root is None and not (asked and all(name in SYNTHETIC for name in asked)):
         where = args.data_dir if args.data_dir is not None else (
             f"{DEFAULT_RELATIVE_DIR} (relative to {Path.cwd()} or to the repository root)")
-        print(f"Datasets folder not found: {where}; nothing to benchmark.")
+        print(f"Datasets folder not found: {where}; nothing to benchmark "
+              f"(generated problems need no folder: --datasets {','.join(SYNTHETIC)}).")
         return 0
-    available = list_datasets(root)
+    available = (list_datasets(root) if root is not None else []) + list(SYNTHETIC)
     if args.datasets:
-        names = [s.strip() for s in args.datasets.split(",") if s.strip()]
+        names = asked
         unknown = [s for s in names if s not in available]
         if unknown:
             return _fail(f"unknown dataset(s) {', '.join(unknown)}; available: "
@@ -375,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_jax_cache(args.jax_cache)
     bf = bruteforce if args.check_regression else None
 
-    optima = load_optima(root).get(args.depth, {})
+    optima = (load_optima(root) if root is not None else {}).get(args.depth, {})
     mismatches: list[str] = []
     headers = ["dataset", "n", "p", "classes/targets", "objective", "optimum", "status",
                "cold s",
@@ -392,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes: list[str] = []
 
     for name in names:
-        X, y, task = load_dataset(root, name)
+        X, y, task = _load(root, name)
         n, p = X.shape
         k = len(np.unique(y)) if task == "classification" else (1 if y.ndim == 1 else y.shape[1])
         row = {"dataset": name, "n": str(n), "p": str(p), "classes/targets": str(k)}
