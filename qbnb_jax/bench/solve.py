@@ -47,7 +47,6 @@ import numpy as np
 
 from qbnb_jax._constants import BOUNDS
 from qbnb_jax.bench import bruteforce
-from qbnb_jax.bench.synthetic import SYNTHETIC, load_synthetic
 from qbnb_jax.bench.datasets import (
     DEFAULT_RELATIVE_DIR,
     check_optimum,
@@ -56,6 +55,7 @@ from qbnb_jax.bench.datasets import (
     load_dataset,
     load_optima,
 )
+from qbnb_jax.bench.synthetic import SYNTHETIC, load_synthetic
 
 PROG = "python -m qbnb_jax.bench"
 _COLD_MARK = "QBNB_BENCH_COLD_RESULT "
