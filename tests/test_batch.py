@@ -10,8 +10,7 @@ import pytest
 from helpers import brute_force
 
 import qbnb_jax
-
-BOUNDS = ("w0", "w1", "w2", "l2")
+from qbnb_jax._constants import BOUNDS
 
 
 def same_tree(a, b) -> bool:
