@@ -244,7 +244,7 @@ class _BaseOptimalTree(BaseEstimator):
         )
         self._adopt(result, label_attrs)
         self._node_impurity = self._impurity_of_nodes(Xc, yc, wc)
-        self._node_samples = self.tree_.node_indicator(X).sum(axis=0)
+        self._node_samples = self.tree_.node_sums(X, np.ones(len(X)))[:, 0].astype(np.int64)
         if self.status_ != "optimal":
             warnings.warn(
                 f"{type(self).__name__} stopped with status {self.status_!r} before proving "
@@ -326,11 +326,11 @@ class _BaseOptimalTree(BaseEstimator):
         if self._task == "classification":
             total = np.maximum(tree.weighted_n_node_samples, 1e-300)[:, None]
             return 1.0 - np.sum((tree.value / total) ** 2, axis=1)
-        w = np.ones(len(X)) if w is None else w
-        reach = tree.node_indicator(X).astype(np.float64) * w[:, None]  # (n, n_nodes)
-        weight = np.maximum(reach.sum(axis=0), 1e-300)
-        mean = reach.T @ y_cols / weight[:, None]
-        square = reach.T @ (y_cols**2) / weight[:, None]
+        w = (np.ones(len(X)) if w is None else w)[:, None]
+        k = y_cols.shape[1]
+        sums = tree.node_sums(X, np.hstack([w, w * y_cols, w * y_cols**2]))
+        weight = np.maximum(sums[:, :1], 1e-300)
+        mean, square = sums[:, 1 : 1 + k] / weight, sums[:, 1 + k :] / weight
         return np.maximum(square - mean**2, 0.0).mean(axis=1)
 
     def to_sklearn(self):
