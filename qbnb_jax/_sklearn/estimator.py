@@ -310,9 +310,7 @@ class _BaseOptimalTree(BaseEstimator):
         (scikit-learn's definition: Gini impurity for classifiers, squared error for
         regressors, from the training data)."""
         check_is_fitted(self)
-        impurity = getattr(self, "_node_impurity", None)
-        if impurity is None and self._task == "classification":  # the counts suffice
-            impurity = self._impurity_of_nodes(None, None, None)
+        impurity = self._known_node_impurity()
         if impurity is None:
             raise AttributeError(
                 "feature_importances_ needs the node impurities of the training data, "
@@ -383,10 +381,16 @@ class _BaseOptimalTree(BaseEstimator):
             model.n_classes_ = len(self.classes_)
         return model
 
-    def _node_impurity_or_nan(self) -> np.ndarray:
+    def _known_node_impurity(self) -> np.ndarray | None:
+        """The training data's node impurities; None for a regressor loaded from a file
+        (a classifier's follow from its class counts)."""
         impurity = getattr(self, "_node_impurity", None)
         if impurity is None and self._task == "classification":
             impurity = self._impurity_of_nodes(None, None, None)
+        return impurity
+
+    def _node_impurity_or_nan(self) -> np.ndarray:
+        impurity = self._known_node_impurity()
         return np.full(self.tree_.n_nodes, np.nan) if impurity is None else impurity
 
     def get_depth(self) -> int:
