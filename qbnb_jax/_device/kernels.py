@@ -26,6 +26,7 @@ reductions with non-commutative combines and order-dependent scatters.
 from __future__ import annotations
 
 import functools
+import os
 
 import equinox as eqx
 import jax
@@ -216,8 +217,6 @@ def execution_plan() -> str:
     docs/design.md, "Exact on every backend"); forcing "parallel" on a CPU tests the
     accelerator's kernels without one.
     """
-    import os
-
     forced = os.environ.get("QBNB_JAX_PLAN", "").strip().lower()
     if forced:
         if forced not in PLANS:
