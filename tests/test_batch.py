@@ -185,3 +185,32 @@ def test_bench_batch_smoke(capsys):
     assert bench_batch.main(["--problems", "4", "--n", "50", "--p", "3"]) == 0
     out = capsys.readouterr().out
     assert out.count("| yes |") == 3  # first and warm batched calls and the loop match
+
+
+@pytest.mark.parametrize("options", [
+    ["--task", "regression", "--targets", "2", "--weights", "folds", "--depth", "1"],
+    ["--classes", "4", "--weights", "fractional"],
+])
+def test_bench_batch_options(capsys, options):
+    from qbnb_jax import bench_batch
+
+    assert bench_batch.main(["--problems", "3", "--n", "40", "--p", "3", *options]) == 0
+    out = capsys.readouterr().out
+    assert out.count("| yes |") == 3
+
+
+def test_bench_batch_weightings_have_their_kind():
+    from qbnb_jax.bench_batch import make_data, make_weights
+
+    _, y = make_data(60, 3, 0, classes=3)
+    boot = make_weights("bootstrap", y, "classification", 5, 0)
+    folds = make_weights("folds", y, "classification", 5, 0)
+    balanced = make_weights("fractional", y, "classification", 5, 0)
+    assert (boot.sum(axis=1) == 60).all() and (boot == np.round(boot)).all()
+    assert set(np.unique(folds)) <= {0.0, 1.0} and (folds.sum(axis=1) > 0).all()
+    assert (balanced != np.round(balanced)).any()
+    # class-balanced: each class carries the same total weight under uniform counts
+    classes, counts = np.unique(y, return_counts=True)
+    factor = balanced[boot > 0] / boot[boot > 0]
+    assert np.allclose(np.unique(np.round(factor, 12)),
+                       np.sort(np.unique(np.round(60 / (3 * counts), 12))))
