@@ -14,6 +14,7 @@ colliding scatter writes in any order; a CPU test run never sees a GPU's choices
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -123,6 +124,25 @@ def test_sweep_full_equals_reference(kind, seed, n):
         data = SweepData.from_problem(problem)
         pre, suf = sweep_full(data, zeros, f0, f, cuts)
     assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
+
+
+@pytest.mark.parametrize("kind", ["multi-class", "weighted"])
+def test_classes_major_sweep_equals_the_row_sweep(kind):
+    """The all-rows classes-major sweep gives the very numbers (float weights too) of
+    the per-row sweep it replaced on the sequential plan."""
+    problem = ordered_problem(5, 150, 4, kind)
+    rng = np.random.default_rng(6)
+    f0, f, _, _, cuts = random_rows(rng, problem, 16, 4)
+    cuts = np.clip(cuts, 0, problem.n)
+    rows = np.zeros_like(f0)
+    with jax.enable_x64(True):
+        data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
+        assert _kernels.sweeps_classes_major(data)
+        per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))
+        want = per_row(rows, f0, f, cuts)
+        got = sweep_full(data, rows, f0, f, cuts)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -654,7 +654,73 @@ def sweep_full(
 
     **Returns:** `(prefix, suffix)`, each `(rows, K)`: `L1(prefix_c, f)`, `L1(suffix_c, f)`.
     """
+    if sweeps_classes_major(data):
+        return _classes_major_full_rows(data, problem, f0, f, cuts)
     return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
+
+
+def sweeps_classes_major(data: SweepData) -> bool:
+    """Whether `sweep_full` takes `_classes_major_full_rows`: class counts or weights of
+    three or more classes, on the sequential plan, below the blocked sweeps' length."""
+    return (data.plan == "sequential" and data.loss_kind in ("count", "weighted")
+            and not data.binary and not data.field_bits and data.length < BLOCKED_FROM)
+
+
+def _classes_major_full_rows(
+    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array
+) -> tuple[Array, Array]:
+    """`sweep_full` for class counts or weights: all rows in one scan, classes outermost.
+
+    One step per position of the rows' feature orders carries the running class counts
+    of every (class, row, cut) and the best scores so far, so no `(n, K, S)` prefix sums
+    are stored, and the maxima over classes are element-wise maxima of whole (row, cut)
+    slabs rather than reductions over a short last axis: the vmapped `_full_row` spent
+    most of its time on those. Every running sum is formed in the order `_full_row`'s
+    sequential plan forms it (float weights too), so the scores are the same numbers.
+    """
+    lay = data.layout_of[problem]  # (R,)
+    key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
+    values = data.sorted_scan[problem, f]  # (R, n, S)
+    valid = data.cut_valid[lay, f, 1:]  # (R, n)
+    full = data.full_scan[problem, f, 1:]  # (R, n, S): every sample of the row's order
+    dtype = values.dtype
+    xs = (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key, (1, 0)),
+          jnp.transpose(full, (1, 2, 0)), jnp.transpose(valid, (1, 0)))
+    zero = jnp.zeros((), dtype)
+
+    def add_sample(left, value, k):
+        return left + jnp.where((k[:, None] < cuts)[None], value[:, :, None], zero)
+
+    if jnp.issubdtype(dtype, jnp.integer):  # exact in any order
+        inside = key[:, :, None] < cuts[:, None, :]  # (R, n, K)
+        pre_scan = jnp.sum(jnp.where(inside[..., None], values[:, :, None, :], zero), axis=1,
+                           dtype=dtype)  # (R, K, S)
+        pre_scan = jnp.transpose(pre_scan, (2, 0, 1))  # (S, R, K)
+        low = jnp.asarray(jnp.iinfo(dtype).min, dtype)
+    else:  # float weights: the prefix sets' totals summed in the scan's own order
+        pre_scan = jax.lax.scan(lambda left, x: (add_sample(left, x[0], x[1]), None),
+                                jnp.zeros((full.shape[-1], *cuts.shape), dtype),
+                                xs[:2])[0]
+        low = jnp.asarray(-jnp.inf, dtype)
+    suf_scan = jnp.transpose(full[:, -1], (1, 0))[..., None] - pre_scan
+
+    def step(carry, sample):
+        left, best_pre, best_suf = carry  # (S, R, K), (R, K), (R, K)
+        value, k, whole, ok = sample  # (S, R), (R,), (S, R), (R,)
+        left = add_sample(left, value, k)
+        right = whole[..., None] - left  # the suffix set's samples up to this position
+        score_pre = jnp.max(left, axis=0) + jnp.max(pre_scan - left, axis=0)
+        score_suf = jnp.max(right, axis=0) + jnp.max(suf_scan - right, axis=0)
+        best_pre = jnp.maximum(best_pre, jnp.where(ok[:, None], score_pre, low))
+        best_suf = jnp.maximum(best_suf, jnp.where(ok[:, None], score_suf, low))
+        return (left, best_pre, best_suf), None
+
+    # position 0, the empty left part, is always valid: it scores the set's largest class
+    start = (jnp.zeros_like(pre_scan), jnp.max(pre_scan, axis=0), jnp.max(suf_scan, axis=0))
+    (_, prefix, suffix), _ = jax.lax.scan(step, start, xs)
+    pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, C)
+    suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot
+    return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
 @jax.jit
