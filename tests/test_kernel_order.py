@@ -126,10 +126,11 @@ def test_sweep_full_equals_reference(kind, seed, n):
     assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
 
 
-@pytest.mark.parametrize("kind", ["multi-class", "weighted"])
-def test_classes_major_sweep_equals_the_row_sweep(kind):
-    """The all-rows classes-major sweep gives the very numbers (float weights too) of
-    the per-row sweep it replaced on the sequential plan."""
+@pytest.mark.parametrize("kind", ["multi-class", "weighted", "sse", "sse-2"])
+def test_channels_major_sweep_equals_the_row_sweep(kind):
+    """The all-rows channels-major sweep gives the numbers of the per-row sweep it
+    replaced on the sequential plan: the same for class counts and weights and one
+    target; several targets' squares may be summed in another order."""
     problem = ordered_problem(5, 150, 4, kind)
     rng = np.random.default_rng(6)
     f0, f, _, _, cuts = random_rows(rng, problem, 16, 4)
@@ -137,12 +138,16 @@ def test_classes_major_sweep_equals_the_row_sweep(kind):
     rows = np.zeros_like(f0)
     with jax.enable_x64(True):
         data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
-        assert _kernels.sweeps_classes_major(data)
         per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))
+        channels_major = jax.jit(functools.partial(_kernels._channels_major_full_rows, data))
         want = per_row(rows, f0, f, cuts)
-        got = sweep_full(data, rows, f0, f, cuts)
+        got = channels_major(rows, f0, f, cuts)
     for a, b in zip(got, want):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        if kind == "sse-2":
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-13,
+                                       atol=1e-13 * float(problem.stats[:, -1].sum()))
+        else:
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.parametrize("kind", KINDS)

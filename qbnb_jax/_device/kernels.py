@@ -654,29 +654,50 @@ def sweep_full(
 
     **Returns:** `(prefix, suffix)`, each `(rows, K)`: `L1(prefix_c, f)`, `L1(suffix_c, f)`.
     """
-    if sweeps_classes_major(data):
-        return _classes_major_full_rows(data, problem, f0, f, cuts)
+    if sweeps_channels_major(data):
+        return _channels_major_full_rows(data, problem, f0, f, cuts)
     return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
 
 
-def sweeps_classes_major(data: SweepData) -> bool:
-    """Whether `sweep_full` takes `_classes_major_full_rows`: class counts or weights of
-    three or more classes, on the sequential plan, below the blocked sweeps' length."""
-    return (data.plan == "sequential" and data.loss_kind in ("count", "weighted")
-            and not data.binary and not data.field_bits and data.length < BLOCKED_FROM)
+# Classes from which `sweep_full` keeps channels outermost on a CPU (measured on the
+# shared and generated datasets: regression sums and 12 or 30 classes gained, five to
+# seven classes lost a little).
+CHANNELS_MAJOR_FROM_CLASSES = 8
 
 
-def _classes_major_full_rows(
+def sweeps_channels_major(data: SweepData) -> bool:
+    """Whether `sweep_full` takes `_channels_major_full_rows`: regression sums or many
+    classes, on the sequential plan, below the blocked sweeps' length."""
+    many = data.loss_kind == "sse" or data.n_classes >= CHANNELS_MAJOR_FROM_CLASSES
+    return (many and data.plan == "sequential" and not data.binary and not data.field_bits
+            and data.length < BLOCKED_FROM)
+
+
+def _channels_major_score(data: SweepData, left: Array, total: Array) -> Array:
+    """`_score` with the channels first: `left`, `total` `(S, ...)`."""
+    if data.loss_kind == "sse":
+        def explained(part):  # |S1|^2 / S0, the targets summed in a fixed order
+            s0 = part[0]
+            squares = part[1] ** 2
+            for c in range(2, part.shape[0]):
+                squares = squares + part[c] ** 2
+            return jnp.where(s0 > 0, squares / jnp.where(s0 > 0, s0, 1), 0)
+        return explained(left) + explained(total - left)
+    return jnp.max(left, axis=0) + jnp.max(total - left, axis=0)
+
+
+def _channels_major_full_rows(
     data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array
 ) -> tuple[Array, Array]:
-    """`sweep_full` for class counts or weights: all rows in one scan, classes outermost.
+    """`sweep_full` for several channels: all rows in one scan, channels outermost.
 
-    One step per position of the rows' feature orders carries the running class counts
-    of every (class, row, cut) and the best scores so far, so no `(n, K, S)` prefix sums
-    are stored, and the maxima over classes are element-wise maxima of whole (row, cut)
-    slabs rather than reductions over a short last axis: the vmapped `_full_row` spent
-    most of its time on those. Every running sum is formed in the order `_full_row`'s
-    sequential plan forms it (float weights too), so the scores are the same numbers.
+    One step per position of the rows' feature orders carries the running sums of every
+    (channel, row, cut) and the best scores so far, so no `(n, K, S)` prefix sums are
+    stored, and the maxima over classes (or sums over targets) are element-wise over
+    whole (row, cut) slabs rather than reductions over a short last axis: the vmapped
+    `_full_row` spent most of its time on those. Every running sum is formed in the
+    order `_full_row`'s sequential plan forms it (float weights too), so the sums are
+    the same numbers.
     """
     lay = data.layout_of[problem]  # (R,)
     key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
@@ -709,14 +730,16 @@ def _classes_major_full_rows(
         value, k, whole, ok = sample  # (S, R), (R,), (S, R), (R,)
         left = add_sample(left, value, k)
         right = whole[..., None] - left  # the suffix set's samples up to this position
-        score_pre = jnp.max(left, axis=0) + jnp.max(pre_scan - left, axis=0)
-        score_suf = jnp.max(right, axis=0) + jnp.max(suf_scan - right, axis=0)
+        score_pre = _channels_major_score(data, left, pre_scan)
+        score_suf = _channels_major_score(data, right, suf_scan)
         best_pre = jnp.maximum(best_pre, jnp.where(ok[:, None], score_pre, low))
         best_suf = jnp.maximum(best_suf, jnp.where(ok[:, None], score_suf, low))
         return (left, best_pre, best_suf), None
 
-    # position 0, the empty left part, is always valid: it scores the set's largest class
-    start = (jnp.zeros_like(pre_scan), jnp.max(pre_scan, axis=0), jnp.max(suf_scan, axis=0))
+    # position 0, the empty left part, is always valid
+    empty = jnp.zeros_like(pre_scan)
+    start = (empty, _channels_major_score(data, empty, pre_scan),
+             _channels_major_score(data, empty, suf_scan))
     (_, prefix, suffix), _ = jax.lax.scan(step, start, xs)
     pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, C)
     suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot

@@ -23,7 +23,6 @@ from qbnb_jax._device.kernels import (
     sweep_gathered,
     sweep_grid,
     sweep_windowed,
-    sweeps_classes_major,
 )
 from qbnb_jax._device.parallel import THREADS, run_all
 from qbnb_jax._problem.data import Problem
@@ -36,10 +35,6 @@ CHUNK_ELEMENTS = 1 << 18
 # (measured on bean, fault, segment and page: fewer, fuller calls; two-class sweeps
 # gain nothing from it).
 CHANNEL_CHUNK_ELEMENTS = 1 << 20
-# Integer class counts on a CPU sweep all rows of a call in one scan that stores no
-# per-position sums (`kernels._classes_major_full_rows`): its calls can be 4x larger
-# again (measured on bean: fewer calls, less time; larger still lost the second core).
-CLASSES_MAJOR_CHUNK_ELEMENTS = 1 << 22
 MAX_CHUNK = 64
 # Two-class sweeps keep only K running sums per row, so when a call has rows to spare
 # they go in 4x larger chunks: fewer calls, less dispatch. Few rows keep the small
@@ -226,14 +221,12 @@ class KernelRunner:
                           bytes_to_device=sum(np.asarray(a).nbytes for a in args),
                           bytes_from_device=sum(r.nbytes for r in results))
 
-    def _chunk(self, cuts: int, length: int, rows: int, full_rows: bool = False) -> int:
+    def _chunk(self, cuts: int, length: int, rows: int) -> int:
         per_row = cuts * (length + 1) * int(self.data.sorted_scan.shape[-1])
         if self.data.plan == "parallel":
             fit = _accelerator_free_bytes() // (ACCELERATOR_SHARE * BYTES_PER_ELEMENT * per_row)
             return max(1, min(ACCELERATOR_MAX_ROWS, _pow2_at_most(fit), pow2_at_least(rows)))
         budget = CHUNK_ELEMENTS if self.data.binary else CHANNEL_CHUNK_ELEMENTS
-        if full_rows and sweeps_classes_major(self.data):
-            budget = CLASSES_MAJOR_CHUNK_ELEMENTS
         chunk = max(1, min(MAX_CHUNK, _pow2_at_most(budget // max(per_row, 1))))
         big = chunk * BIG_CHUNK_FACTOR
         if self.data.binary and rows >= 2 * THREADS * big:
@@ -253,8 +246,7 @@ class KernelRunner:
         if shardings is not None:
             data = self._replicated(shardings[1])
         # One call's rows: a cache-sized chunk per device.
-        chunk = self._chunk(cut_block, length, rows // jax.device_count(),
-                            full_rows=name == "full") * jax.device_count()
+        chunk = self._chunk(cut_block, length, rows // jax.device_count()) * jax.device_count()
 
         def place(rows_of_call: tuple[np.ndarray, ...]):
             if shardings is None:
