@@ -82,6 +82,15 @@ def test_optimal_among_limited_trees_many_iterations(task):
         check_case(P, m, frac, 2, BOUNDS[i], s=2)
 
 
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_depth3_optimal_among_limited_trees(task):
+    """Depth 3 (the recursion over the root split with limited depth-2 sides)."""
+    rng = np.random.default_rng(seed_of("leaf limits depth 3", task))
+    for i in range(6):
+        P, m, frac = draw(rng, task, ["ones", "int", "float"][i % 3], n_range=(6, 20))
+        check_case(P, m, frac, 3, "w0", s=2 + i % 2)
+
+
 def test_the_limits_change_the_answer():
     """Not vacuous: without the limits the optimum is lower and violates them."""
     X = np.arange(12.0)[:, None]
@@ -95,7 +104,7 @@ def test_the_limits_change_the_answer():
 def test_no_valid_split_gives_one_leaf():
     X = np.arange(5.0)[:, None]
     y = np.array([0, 1, 0, 1, 1])
-    for depth in (1, 2):
+    for depth in (1, 2, 3):
         res = qbnb_jax.solve(X, y, task="classification", depth=depth, min_samples_leaf=3)
         assert res.tree.n_nodes == 1 and res.objective == 2
 
@@ -134,8 +143,9 @@ def test_bad_limits_are_refused(kwargs, name):
 
 def test_unsupported_uses_are_refused():
     X, y = np.arange(8.0)[:, None], np.arange(8) % 2
-    with pytest.raises(ValueError, match="depth"):
-        qbnb_jax.solve(X, y, task="classification", depth=3, min_samples_leaf=2)
+    with pytest.raises(ValueError, match="route"):
+        qbnb_jax.solve(X, y, task="classification", depth=3, route="appendix",
+                       min_samples_leaf=2)
     with pytest.raises(ValueError, match="min_samples_leaf"):
         qbnb_jax.solve_batch(X, y, np.ones((2, 8)), task="classification", min_samples_leaf=2)
     with pytest.raises(ValueError, match="min_samples_leaf"):

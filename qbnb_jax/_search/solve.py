@@ -150,7 +150,7 @@ def solve(
       up); as scikit-learn, a node is a leaf or splits with both children this large.
     - `min_weight_fraction_leaf`: every leaf holds at least this fraction (0 to 0.5)
       of the total sample weight. With either limit the tree is optimal among the
-      trees that respect both (docs/design.md, "Leaf limits"); depth 1 and 2 only.
+      trees that respect both (docs/design.md, "Leaf limits"); route "recursion" only.
 
     **Returns:** a `SolveResult`.
 
@@ -172,9 +172,9 @@ def solve(
     limits = leaf_limits(min_samples_leaf, min_weight_fraction_leaf, len(X),
                          float(problem.weight.sum()))
     if limits is not None:
-        if depth > 2:
-            raise ValueError(f"min_samples_leaf and min_weight_fraction_leaf are supported at "
-                             f"depth 1 and 2; got depth={depth}.")
+        if route != "recursion":
+            raise ValueError(f"min_samples_leaf and min_weight_fraction_leaf need "
+                             f"route='recursion'; got route={route!r}.")
         problem = dataclasses.replace(problem, leaf_limits=limits)
     with jax.enable_x64(True):
         if depth <= 2:
