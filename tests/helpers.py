@@ -101,9 +101,15 @@ class BruteForce:
     best(d, S) = min over splits (f, thr), including "all on one side",
                  of best(d-1, S & left) + best(d-1, S & right).
     Samples with weight 0 are dropped first (they are absent from the problem).
+
+    Leaf limits (`min_samples` rows, `min_weight` weight; scikit-learn's
+    min_samples_leaf and min_weight_fraction_leaf x total weight): a split of S counts
+    only when both parts hold that much; "all on one side" stays allowed (it is the
+    subtree of S itself), and so does a leaf.
     """
 
-    def __init__(self, X, y, w=None, task: Task = "classification"):
+    def __init__(self, X, y, w=None, task: Task = "classification", *,
+                 min_samples: int = 1, min_weight: float = 0.0):
         X = np.asarray(X, dtype=np.float64)
         n = X.shape[0]
         w = np.ones(n) if w is None else np.asarray(w, dtype=np.float64)
@@ -115,6 +121,8 @@ class BruteForce:
         self.n = int(keep.sum())
         self.G = candidate_splits(self.X) if self.n else np.ones((1, 0), dtype=bool)
         self._memo: dict[tuple[int, bytes], float] = {}
+        self.min_samples, self.min_weight = min_samples, min_weight
+        self.limited = min_samples > 1 or min_weight > 0
 
     def _leaves(self, masks: np.ndarray) -> np.ndarray:
         return leaf_losses(masks, self.Y, self.w, self.task)
@@ -128,6 +136,8 @@ class BruteForce:
             return hit
         if depth == 0 or not mask.any():
             value = float(self._leaves(mask[None, :])[0])
+        elif self.limited:
+            value = self._best_limited(depth, mask)
         elif depth == 1:  # all stumps of S at once
             left = mask[None, :] & self.G
             right = mask[None, :] & ~self.G
@@ -147,8 +157,26 @@ class BruteForce:
         return value
 
 
-def brute_force(X, y, w=None, *, task: Task, depth: int) -> float:
-    return BruteForce(X, y, w, task).best(depth)
+    def _fits(self, parts: np.ndarray) -> np.ndarray:
+        """Whether each part `(B, n)` may be a leaf under the limits."""
+        return (parts.sum(axis=1) >= self.min_samples) & (parts @ self.w >= self.min_weight)
+
+    def _best_limited(self, depth: int, mask: np.ndarray) -> float:
+        left, right = mask[None, :] & self.G, mask[None, :] & ~self.G
+        ok = self._fits(left) & self._fits(right)
+        left, right = left[ok], right[ok]
+        if depth == 1:
+            split = self._leaves(left) + self._leaves(right)
+            return float(min(self._leaves(mask[None, :])[0], split.min(initial=np.inf)))
+        value = self.best(depth - 1, mask)  # a leaf, or everything on one side
+        for a, b in zip(left, right):
+            value = min(value, self.best(depth - 1, a) + self.best(depth - 1, b))
+        return float(value)
+
+
+def brute_force(X, y, w=None, *, task: Task, depth: int, min_samples: int = 1,
+                min_weight: float = 0.0) -> float:
+    return BruteForce(X, y, w, task, min_samples=min_samples, min_weight=min_weight).best(depth)
 
 
 # --------------------------------------------------------------------------------------

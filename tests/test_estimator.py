@@ -12,22 +12,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from qbnb_jax import OptimalTreeClassifier, OptimalTreeRegressor
 
 
-def _expected_failed_checks(estimator):
-    if isinstance(estimator, OptimalTreeClassifier):
-        return {
-            # With class weights 1000 : 0.0001 the check expects a tree that predicts
-            # the heavy class almost everywhere, which scikit-learn's trees give only
-            # with the min_weight_fraction_leaf it sets; the exact optimum still labels
-            # regions without a heavy sample with the light classes (correctly, for the
-            # weighted loss). min_weight_fraction_leaf is not built yet.
-            "check_class_weight_classifiers": "needs min_weight_fraction_leaf",
-        }
-    return {}
-
-
 @parametrize_with_checks(
     [OptimalTreeClassifier(), OptimalTreeRegressor()],
-    expected_failed_checks=_expected_failed_checks,
 )
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)

@@ -30,7 +30,9 @@ from qbnb_jax._device.kernels import (
     sweep_grid,
     sweep_windowed,
 )
+from qbnb_jax._device.limits import limit_data, sweep_limited
 from qbnb_jax._problem.data import make_problem
+from qbnb_jax._problem.leaf_limits import LeafLimits
 
 
 # ---------------------------------------------------------------------------------------
@@ -238,6 +240,9 @@ def _kernel_jaxprs():
             if kind in BLOCKED_KINDS:
                 out[f"blocked {kind}"] = jax.make_jaxpr(jax.vmap(functools.partial(
                     _kernels._blocked_full_row, data)))(*rows, cuts)
+            limited = dataclasses.replace(problem, leaf_limits=LeafLimits(3, 0.5))
+            out[f"limited {kind}"] = jax.make_jaxpr(sweep_limited)(
+                limit_data(limited, data), *rows, cuts)
         base = make_problem(np.arange(40.0)[:, None] % 7, np.arange(40) % 2,
                             task="classification")
         problems, _ = base.reweighted(np.ones((3, 40), dtype=np.int64))

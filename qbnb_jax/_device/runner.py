@@ -24,6 +24,7 @@ from qbnb_jax._device.kernels import (
     sweep_grid,
     sweep_windowed,
 )
+from qbnb_jax._device.limits import limit_data, sweep_limited
 from qbnb_jax._device.parallel import THREADS, run_all
 from qbnb_jax._problem.data import Problem
 
@@ -177,6 +178,7 @@ class KernelRunner:
         child.data = SweepData.from_problems(problems, problems, list(range(len(problems))),
                                              steps_per_octave=4, count_base=4)
         child._data_key = self._key_of(child.data)
+        child._limit_data = None  # built for this data when asked for
         return child
 
     def for_problem(self, index: int, problem: Problem) -> KernelRunner:
@@ -208,11 +210,12 @@ class KernelRunner:
             _COMPILED[key] = exe
         return exe
 
-    def _replicated(self, sharding) -> SweepData:
-        """This runner's data on every device (placed once per data)."""
+    def _replicated(self, sharding, data=None) -> SweepData:
+        """This runner's data (or `data`) on every device (placed once per data)."""
+        data = self.data if data is None else data
         placed = self.__dict__.get("_placed")
-        if placed is None or placed[0] is not self.data:
-            placed = (self.data, jax.device_put(self.data, sharding))
+        if placed is None or placed[0] is not data:
+            placed = (data, jax.device_put(data, sharding))
             self._placed = placed
         return placed[1]
 
@@ -233,8 +236,11 @@ class KernelRunner:
             return big
         return chunk
 
-    def _run(self, name, fn, length, row_arrays, cuts, extra_statics, cut_block=MAX_CUTS):
-        """Pad rows/cuts to buckets, split into calls, return (prefix, suffix) numpy."""
+    def _run(self, name, fn, length, row_arrays, cuts, extra_statics, cut_block=MAX_CUTS,
+             data=None):
+        """Pad rows/cuts to buckets, split into calls, return (prefix, suffix) numpy.
+
+        `data`: what `fn` reads, if not this runner's `SweepData`."""
         rows, n_cuts = cuts.shape
         out_pre = np.empty((rows, n_cuts), dtype=np.float64)
         out_suf = np.empty((rows, n_cuts), dtype=np.float64)
@@ -242,9 +248,9 @@ class KernelRunner:
             return out_pre, out_suf
         cut_block = min(pow2_at_least(n_cuts), cut_block)
         shardings = _shardings()
-        data = self.data
+        data = self.data if data is None else data
         if shardings is not None:
-            data = self._replicated(shardings[1])
+            data = self._replicated(shardings[1], data)
         # One call's rows: a cache-sized chunk per device.
         chunk = self._chunk(cut_block, length, rows // jax.device_count()) * jax.device_count()
 
@@ -294,6 +300,16 @@ class KernelRunner:
         if plan is not None:
             return self._run_grid(plan, f, cuts.shape[1])
         return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
+
+    def limited(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray, problem=None):
+        """`full` for a problem with leaf limits (`_device/limits.py`): columns whose
+        cut is given as `-(c + 1)` get the constrained best stumps, the others the
+        unconstrained ones."""
+        if self.__dict__.get("_limit_data") is None:
+            self._limit_data = limit_data(self.problem, self.data)
+        problem = self._rows_of(problem, len(f0))
+        return self._run("limited", sweep_limited, self.data.length, [problem, f0, f], cuts,
+                         {}, data=self._limit_data)
 
     def _grid_plan(self, problem, f0, f, cuts) -> GridPlan | None:
         """Where each row's cuts go in `sweep_grid`'s lanes, or None to sweep rows.

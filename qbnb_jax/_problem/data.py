@@ -14,6 +14,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 
 from qbnb_jax._device.parallel import run_all
+from qbnb_jax._problem.leaf_limits import LeafLimits
 
 Task = Literal["classification", "regression"]
 # How leaf losses are computed from summed stat vectors:
@@ -70,6 +71,8 @@ class Problem:
     # and objective.
     weight_exponent: int = 0
     target_exponent: int = 0
+    # min_samples_leaf / min_weight_fraction_leaf; None: leaves of any size
+    leaf_limits: LeafLimits | None = None
 
     @property
     def loss_exponent(self) -> int:

@@ -64,12 +64,35 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
     positions = np.empty(len(features), dtype=np.int64)
     # One feature at a time: the (n+1, C) intermediates of one feature stay small
     # (all features at once cost gigabytes at n = 10^6) and the arithmetic is the same.
+    limits = problem.leaf_limits
     for i, f in enumerate(features):
         loss = split_losses(stats[problem.perm[f]], total, problem.loss_kind)
-        loss = np.where(problem.cut_valid[f], loss, np.inf)
+        valid = problem.cut_valid[f]
+        if limits is not None:
+            valid = valid & limited_positions(problem, mask, f)
+        loss = np.where(valid, loss, np.inf)
         positions[i] = np.argmin(loss)
         losses[i] = loss[positions[i]]
     return losses, positions
+
+
+def limited_positions(problem: Problem, mask: np.ndarray, f: int) -> np.ndarray:
+    """`(n+1,)`: the cuts of f's order whose both sides of `mask` may be leaves under
+    `problem.leaf_limits`, and position 0 (no split: the set stays one leaf).
+
+    Prefix sums in f's order, sequential as the kernels' (`_device/limits.py`), so that
+    both decide a boundary weight alike.
+    """
+    order = problem.perm[f]
+    inside = mask[order]
+    count = np.zeros(len(order) + 1)
+    weight = np.zeros(len(order) + 1)
+    np.cumsum(inside & (problem.weight[order] > 0), out=count[1:])
+    np.cumsum(np.where(inside, problem.weight[order], 0.0), out=weight[1:])
+    limits = problem.leaf_limits
+    ok = limits.allows(count, weight) & limits.allows(count[-1] - count, weight[-1] - weight)
+    ok[0] = True
+    return ok
 
 
 def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarray]:

@@ -30,6 +30,7 @@ from qbnb_jax._device.parallel import THREADS
 from qbnb_jax._device.runner import COUNTER_NAMES, KernelRunner
 from qbnb_jax._problem.data import Problem, ThresholdTables, as_sample_weight, make_problem
 from qbnb_jax._problem.host import depth2_trees_shared
+from qbnb_jax._problem.leaf_limits import leaf_limits
 from qbnb_jax._search.deep import DeepSearch
 from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.search import Search
@@ -48,6 +49,8 @@ def solve_batch(
     s: int = 3,
     time_limit: float | None = None,
     progress: Callable[[dict], None] | None = None,
+    min_samples_leaf: int | float = 1,
+    min_weight_fraction_leaf: float = 0.0,
 ) -> list[SolveResult]:
     """Solve P problems that share `X` and `y` and differ in their sample weights.
 
@@ -84,11 +87,19 @@ def solve_batch(
         ```
     """
     _check_options(depth, bound, s, time_limit)
+    _refuse_leaf_limits(min_samples_leaf, min_weight_fraction_leaf)
     tune_malloc()
     with _collector_paused():
         options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit,
                                      progress=progress)
         return _solve_batch(X, y, sample_weights, task, depth, options)
+
+
+def _refuse_leaf_limits(min_samples_leaf, min_weight_fraction_leaf) -> None:
+    """Leaf limits run in `solve` alone (one problem's sweeps, `_device/limits.py`)."""
+    if leaf_limits(min_samples_leaf, min_weight_fraction_leaf, 1, 1.0) is not None:
+        raise ValueError("min_samples_leaf and min_weight_fraction_leaf are not supported "
+                         "by solve_batch and solve_many: call solve for each problem.")
 
 
 def _solve_batch(X, y, sample_weights, task: str, depth: int, options: SearchOptions
@@ -159,6 +170,8 @@ def solve_many(
     s: int = 3,
     time_limit: float | None = None,
     progress: Callable[[dict], None] | None = None,
+    min_samples_leaf: int | float = 1,
+    min_weight_fraction_leaf: float = 0.0,
 ) -> list[SolveResult]:
     """Solve problems with different data in one call: `(X, y)` or `(X, y, weight)` each.
 
@@ -168,6 +181,7 @@ def solve_many(
     it sets glibc's malloc thresholds once per process.
     """
     _check_options(depth, bound, s, time_limit)
+    _refuse_leaf_limits(min_samples_leaf, min_weight_fraction_leaf)
     options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress)
     if len(datasets) == 0:
         raise ValueError("datasets is empty: give at least one (X, y) pair.")

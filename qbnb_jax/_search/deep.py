@@ -29,6 +29,7 @@ import numpy as np
 from qbnb_jax._device.runner import KernelRunner
 from qbnb_jax._problem.data import Problem
 from qbnb_jax._problem.host import best_stump, position_threshold
+from qbnb_jax._problem.leaf_limits import root_cut_range
 from qbnb_jax._search.depth2 import shrink_pieces, solve_depth2
 from qbnb_jax._search.frontier import PieceBounds, Pieces, RootFrontier
 from qbnb_jax._search.search import Search
@@ -146,13 +147,32 @@ class DeepSearch(Search):
             lower_bound=np.zeros(problem.p),  # losses are never negative
             ends=ends,
         )
-        frontier = frontier.take(u >= 2)  # a constant feature has no cut inside
+        if problem.leaf_limits is not None:
+            frontier = self.limit_roots(frontier)
+        frontier = frontier.take(frontier.lo <= frontier.hi)  # no cut inside: constant
         while frontier.size:
             if not self.begin_iteration(frontier.lower_bound):
                 return
             frontier = self.step_deep(frontier)
             self.report(frontier.lower_bound)
         self.incumbents.prove_optimal(0)
+
+    def limit_roots(self, frontier: RootFrontier) -> RootFrontier:
+        """The first tuples narrowed to the root cuts whose both sides may be leaves,
+        their slack-bounded ends moved in as `split_tuple` moves a child's
+        (docs/design.md, "Leaf limits")."""
+        problem = self.problem
+        lo, hi, ends = frontier.lo.copy(), frontier.hi.copy(), frontier.ends.copy()
+        for i, f0 in enumerate(frontier.root):
+            u = int(problem.n_thresholds[f0])
+            t_min, t_max = root_cut_range(problem.leaf_limits, problem.cut_pos[f0],
+                                          problem.weight[problem.perm[f0]], u)
+            lo[i], hi[i] = max(lo[i], t_min), min(hi[i], t_max)
+            if lo[i] <= hi[i]:
+                wl = problem.slack_left[f0]
+                ends[i, 1] -= wl[lo[i] - 1] - wl[0]
+                ends[i, 2] -= wl[u] - wl[hi[i] + 1]
+        return frontier._replace(lo=lo, hi=hi, ends=ends)
 
     def solve_sides(self, keys, cutoffs) -> None:
         """Solve every side `(f0, k, which)` of `keys` not solved yet, all at once.
@@ -169,7 +189,8 @@ class DeepSearch(Search):
             if key not in self.sides:  # the loosest cutoff serves every request
                 cutoff_of[key] = max(cutoff_of.get(key, -np.inf), cutoff)
         todo = list(cutoff_of)
-        if self.depth - 1 != 2 or len(todo) < 2:
+        # leaf limits sweep one problem at a time (`_device/limits.py`)
+        if self.depth - 1 != 2 or len(todo) < 2 or self.problem.leaf_limits is not None:
             for key in todo:
                 self.side(*key, cutoff_of[key])
             return
@@ -262,6 +283,11 @@ class DeepSearch(Search):
         problem = self.problem
         pa, pb = left[:-1], left[1:]
         sa, sb = right[:-1], right[1:]
+        if problem.leaf_limits is not None:
+            # A side's best limited tree need not grow with the side, so the monotone
+            # bounds relax to 0; the slack bounds hold as they are (docs/design.md,
+            # "Leaf limits").
+            pa, sb = np.zeros_like(pa), np.zeros_like(sb)
         piece_lo, piece_hi = cuts[:-1], cuts[1:]
         piece_lb = pa + sb
         child_lo, child_hi = piece_lo + 1, piece_hi - 1  # the cuts themselves are done

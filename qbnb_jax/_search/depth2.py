@@ -32,6 +32,7 @@ import numpy as np
 from qbnb_jax._device.runner import KernelRunner, pow2_at_least
 from qbnb_jax._problem.data import ThresholdTables
 from qbnb_jax._problem.host import stump_losses, stumps_of_all_shared
+from qbnb_jax._problem.leaf_limits import root_cut_range
 from qbnb_jax._search.frontier import CutLosses, Frontier, PieceBounds, PieceFeatures, Pieces
 from qbnb_jax._search.pair_bounds import PairInputs, pair_bounds
 from qbnb_jax._search.search import Search
@@ -137,6 +138,8 @@ class Depth2Search:
         if tables.stump_loss is not None:
             self.stumps = tables.stump_loss, tables.stump_position
         self.n_samples = np.array([pr.n for pr in problems])
+        # min_samples_leaf / min_weight_fraction_leaf: one problem (see `solve`)
+        self.limits = problems[0].leaf_limits
 
     # -- driver -------------------------------------------------------------------------
     def run(self) -> None:
@@ -173,6 +176,8 @@ class Depth2Search:
             ends=np.stack([nothing, everything, everything, nothing], axis=1),
             lower_bound=np.zeros(n_problems * p),  # losses are never negative
         )
+        if self.limits is not None:
+            frontier = self.limit_roots(frontier)
         frontier = frontier.take(frontier.lo <= frontier.hi)  # a constant feature: no cut
         while frontier.size:
             if not search.begin_iteration(frontier.lower_bound, frontier.problem):
@@ -188,6 +193,26 @@ class Depth2Search:
             frontier = Frontier.concatenate(children)
             search.report(frontier.lower_bound, frontier.problem)
         self.incumbents.prove_optimal(np.arange(n_problems))
+
+    def limit_roots(self, frontier: Frontier) -> Frontier:
+        """The first tuples narrowed to the root cuts whose both sides may be leaves.
+
+        Their ends move in from the trivial cuts as `children` moves a child's: the
+        slack bounds S_lo and P_hi lose the slack of the samples passed over (docs/design.md,
+        "Leaf limits"); the monotone bounds P_lo = S_hi = 0 stay valid.
+        """
+        problems = self.search.problems
+        lo, hi, ends = frontier.lo.copy(), frontier.hi.copy(), frontier.ends.copy()
+        for i, (q, f0) in enumerate(zip(frontier.problem, frontier.root)):
+            pr = problems[q]
+            t_min, t_max = root_cut_range(pr.leaf_limits, pr.cut_pos[f0],
+                                          pr.weight[pr.perm[f0]], int(pr.n_thresholds[f0]))
+            lo[i], hi[i] = max(lo[i], t_min), min(hi[i], t_max)
+        q, f0, wl = frontier.problem, frontier.root, self.slack_left
+        last = self.n_thresholds[q, f0]
+        ends[:, 1] -= (wl[q, f0, np.maximum(lo - 1, 0)] - wl[q, f0, 0])[:, None]
+        ends[:, 2] -= (wl[q, f0, last] - wl[q, f0, np.minimum(hi + 1, last)])[:, None]
+        return frontier._replace(lo=lo, hi=hi, ends=ends)
 
     # -- the greedy start -----------------------------------------------------------------
     def greedy(self):
@@ -212,8 +237,11 @@ class Depth2Search:
         k = positions[every, root]
         # s + 1 copies of the cut: the shape of the search's own sweeps, so no compile.
         cuts = np.repeat(np.repeat(k, p)[:, None], self.options.s + 1, axis=1)
+        kind = "full"
+        if self.limits is not None:  # constrained stumps, in `step`'s shape
+            kind, cuts = "limited", np.concatenate([-cuts - 1, -cuts - 1], axis=1)
         pre, suf = yield KernelRequest(
-            "full", (np.repeat(root, p), np.tile(np.arange(p), n_problems), cuts),
+            kind, (np.repeat(root, p), np.tile(np.arange(p), n_problems), cuts),
             np.repeat(every, p))
         pre, suf = pre[:, 0].reshape(n_problems, p), suf[:, 0].reshape(n_problems, p)
         f1, f2 = pre.argmin(axis=1), suf.argmin(axis=1)
@@ -245,28 +273,45 @@ class Depth2Search:
         swept = np.clip(swept, lo[:, None], hi[:, None])
         pos = self.cut_pos[block.problem[:, None], block.root[:, None], swept]
         ti, fi = np.nonzero(F1 | F2)
-        pre, suf = yield KernelRequest("full", (block.root[ti], fi, pos[ti]), block.problem[ti])
-        prefix = np.full((T, n_swept, p), np.inf)
-        suffix = np.full((T, n_swept, p), np.inf)
         in1, in2 = F1[ti, fi], F2[ti, fi]
-        prefix[ti[in1], :, fi[in1]] = pre[in1]
-        suffix[ti[in2], :, fi[in2]] = suf[in2]
+
+        def spread(pre, suf):
+            prefix = np.full((T, n_swept, p), np.inf)
+            suffix = np.full((T, n_swept, p), np.inf)
+            prefix[ti[in1], :, fi[in1]] = pre[in1]
+            suffix[ti[in2], :, fi[in2]] = suf[in2]
+            return prefix, suffix
+
+        def with_ends(prefix, suffix):
+            return CutLosses(
+                np.concatenate([np.where(F1, ends[:, 0], np.inf)[:, None], prefix,
+                                np.where(F1, ends[:, 2], np.inf)[:, None]], axis=1),
+                np.concatenate([np.where(F2, ends[:, 1], np.inf)[:, None], suffix,
+                                np.where(F2, ends[:, 3], np.inf)[:, None]], axis=1),
+            )
+
+        if self.limits is None:
+            pre, suf = yield KernelRequest("full", (block.root[ti], fi, pos[ti]),
+                                           block.problem[ti])
+            prefix, suffix = spread(pre, suf)
+            achieved = losses = with_ends(prefix, suffix)
+        else:  # unconstrained (monotone bounds) and constrained (achieved) stumps
+            pre, suf = yield KernelRequest(
+                "limited", (block.root[ti], fi, np.concatenate([pos, -pos - 1], axis=1)[ti]),
+                block.problem[ti])
+            losses = with_ends(*spread(pre[:, :n_swept], suf[:, :n_swept]))
+            prefix, suffix = spread(pre[:, n_swept:], suf[:, n_swept:])
+            achieved = with_ends(prefix, suffix)
         self.upper_bounds(block, swept, CutLosses(prefix, suffix))  # the ends are bounds
-        losses = CutLosses(
-            np.concatenate([np.where(F1, ends[:, 0], np.inf)[:, None], prefix,
-                            np.where(F1, ends[:, 2], np.inf)[:, None]], axis=1),
-            np.concatenate([np.where(F2, ends[:, 1], np.inf)[:, None], suffix,
-                            np.where(F2, ends[:, 3], np.inf)[:, None]], axis=1),
-        )
         cuts = np.concatenate([(lo - 1)[:, None], swept, (hi + 1)[:, None]], axis=1)
         pieces, keep = self.prune_w0(block, losses, cuts)
         if pieces.alive.any():
-            pieces, keep = self.slack(block, losses, pieces, keep)
+            pieces, keep = self.slack(block, losses, pieces, keep, achieved)
             pieces = pieces._replace(alive=pieces.alive & (pieces.child_lo <= pieces.child_hi)
                                      & keep.left.any(axis=2) & keep.right.any(axis=2))
         if self.options.bound != "w0" and pieces.alive.any():
             pieces, keep = yield from self.refine(block, losses, pieces, keep)
-        return self.children(block, losses, pieces, keep)
+        return self.children(block, losses, pieces, keep, achieved)
 
     def prune_w0(self, block: Frontier, losses: CutLosses, cuts: np.ndarray
                  ) -> tuple[Pieces, PieceFeatures]:
@@ -292,12 +337,16 @@ class Depth2Search:
         return pieces, keep
 
     def children(self, block: Frontier, losses: CutLosses, pieces: Pieces,
-                 keep: PieceFeatures) -> Frontier:
-        """The alive pieces as tuples over their open interval."""
+                 keep: PieceFeatures, achieved: CutLosses) -> Frontier:
+        """The alive pieces as tuples over their open interval.
+
+        `losses` give the ends' monotone bounds (P_lo, S_hi), `achieved` their slack
+        bounds (S_lo, P_hi): the same arrays without leaf limits (see `slack`).
+        """
         ti, tj = np.nonzero(pieces.alive)
         child_lo, child_hi = pieces.child_lo[ti, tj], pieces.child_hi[ti, tj]
-        pa, sa = losses.prefix[ti, tj], losses.suffix[ti, tj]  # (children, p)
-        pb, sb = losses.prefix[ti, tj + 1], losses.suffix[ti, tj + 1]
+        pa, sa = losses.prefix[ti, tj], achieved.suffix[ti, tj]  # (children, p)
+        pb, sb = achieved.prefix[ti, tj + 1], losses.suffix[ti, tj + 1]
         # the children's ends moved in from the cuts
         q, roots = block.problem[ti], block.root[ti]
         wl = self.slack_left
@@ -333,8 +382,8 @@ class Depth2Search:
                          losses.suffix[won, jj].argmin(axis=1)], axis=-1)
         self.incumbents.offer_depth2(pr[won], best[won], spec)
 
-    def slack(self, block: Frontier, losses: CutLosses, pieces: Pieces, keep: PieceFeatures
-              ) -> tuple[Pieces, PieceFeatures]:
+    def slack(self, block: Frontier, losses: CutLosses, pieces: Pieces, keep: PieceFeatures,
+              achieved: CutLosses) -> tuple[Pieces, PieceFeatures]:
         """Bounds from moving a cut by a few samples (docs/design.md, "Bounds and why
         they are valid", slack bound).
 
@@ -346,10 +395,16 @@ class Depth2Search:
         `P(t) >= max(P_a, P_b - (W - x))` and `S(t) >= max(S_b, S_a - x)`. Minimised
         over x this gives the pair bound `max(P_a + S_b, P_b + S_a - W)`; the x where
         it can still beat the incumbent form an interval, which shrinks the piece.
+
+        Under leaf limits a side's best stump is not monotone in the side's set, but
+        adding samples to a constrained stump keeps it valid, so the slack terms P_b
+        and S_a come from `achieved` (constrained) and the monotone terms P_a and S_b
+        from `losses` (unconstrained, a lower bound of the constrained); without
+        limits both are the same (docs/design.md, "Leaf limits").
         """
         pr, f0 = block.problem, block.root
-        pa, pb = losses.prefix[:, :-1, :], losses.prefix[:, 1:, :]  # (T, pieces, p)
-        sa, sb = losses.suffix[:, :-1, :], losses.suffix[:, 1:, :]
+        pa, pb = losses.prefix[:, :-1, :], achieved.prefix[:, 1:, :]  # (T, pieces, p)
+        sa, sb = achieved.suffix[:, :-1, :], losses.suffix[:, 1:, :]
         width = (self.slack_left[pr[:, None], f0[:, None], pieces.hi]
                  - self.slack_left[pr[:, None], f0[:, None], pieces.lo])  # (T, pieces)
         keep1, keep2 = keep.left.copy(), keep.right.copy()

@@ -19,6 +19,7 @@ from qbnb_jax._device.cache import enable_persistent_cache
 from qbnb_jax._device.runner import COUNTER_NAMES, Counters
 from qbnb_jax._problem.data import make_problem
 from qbnb_jax._problem.host import build_tree, tree_objective
+from qbnb_jax._problem.leaf_limits import leaf_limits
 from qbnb_jax._problem.tree import Tree
 from qbnb_jax._search.appendix import AppendixSearch
 from qbnb_jax._search.deep import DeepSearch
@@ -116,6 +117,8 @@ def solve(
     progress: Callable[[dict], None] | None = None,
     initial_capacity: int | None = None,
     route: str = "recursion",
+    min_samples_leaf: int | float = 1,
+    min_weight_fraction_leaf: float = 0.0,
 ) -> SolveResult:
     """Find a provably optimal decision tree of the given depth.
 
@@ -142,6 +145,12 @@ def solve(
       split with exact depth-2 sides, `_search/deep.py`) or `"appendix"` (the paper's
       appendix algorithm over tuples of depth-2 tuples, `_search/appendix.py`; depth 3 and
       bound `"w0"` only). Both are exact; docs/benchmarks.md compares their times.
+    - `min_samples_leaf`: every leaf holds at least this many rows of positive weight
+      (an int >= 1, or a float in (0, 1): that fraction of the rows of `X`, rounded
+      up); as scikit-learn, a node is a leaf or splits with both children this large.
+    - `min_weight_fraction_leaf`: every leaf holds at least this fraction (0 to 0.5)
+      of the total sample weight. With either limit the tree is optimal among the
+      trees that respect both (docs/design.md, "Leaf limits"); route "recursion" only.
 
     **Returns:** a `SolveResult`.
 
@@ -160,6 +169,13 @@ def solve(
     options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress,
                                  capacity=initial_capacity)
     problem = make_problem(X, y, task=task, sample_weight=sample_weight)
+    limits = leaf_limits(min_samples_leaf, min_weight_fraction_leaf, len(X),
+                         float(problem.weight.sum()))
+    if limits is not None:
+        if route != "recursion":
+            raise ValueError(f"min_samples_leaf and min_weight_fraction_leaf need "
+                             f"route='recursion'; got route={route!r}.")
+        problem = dataclasses.replace(problem, leaf_limits=limits)
     with jax.enable_x64(True):
         if depth <= 2:
             search = Search([problem], options)

@@ -51,6 +51,11 @@ _PARAMETER_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a bool or an int in the range [0, inf)",
     ),
     "s": (lambda v: _is_int(v) and v >= 2, "an int in the range [2, inf)"),
+    "min_samples_leaf": (
+        lambda v: (_is_int(v) and v >= 1) or (_is_real(v) and not _is_int(v) and 0 < v < 1),
+        "an int in the range [1, inf) or a float in the range (0.0, 1.0)"),
+    "min_weight_fraction_leaf": (lambda v: _is_real(v) and 0 <= v <= 0.5,
+                                 "a float in the range [0.0, 0.5]"),
 }
 
 
@@ -166,12 +171,16 @@ class _BaseOptimalTree(BaseEstimator):
         time_limit: float | None = None,
         verbose: bool | int = False,
         s: int = 3,
+        min_samples_leaf: int | float = 1,
+        min_weight_fraction_leaf: float = 0.0,
     ) -> None:
         self.max_depth = max_depth
         self.bound = bound
         self.time_limit = time_limit
         self.verbose = verbose
         self.s = s
+        self.min_samples_leaf = min_samples_leaf
+        self.min_weight_fraction_leaf = min_weight_fraction_leaf
 
     # -- validation -------------------------------------------------------------
 
@@ -220,7 +229,10 @@ class _BaseOptimalTree(BaseEstimator):
         n = X.shape[0]
         sw = self._weigh_classes(y, _check_sample_weight(sample_weight, n))
         y_cols, label_attrs = self._encode_y(y)  # float (n, k): class codes or targets
-        Xc, yc, wc = _canonical_rows(X, y_cols, sw)
+        if self.min_samples_leaf == 1:
+            Xc, yc, wc = _canonical_rows(X, y_cols, sw)
+        else:  # merged rows would count as one row of a leaf
+            Xc, yc, wc = X, y_cols, sw
 
         if self._task == "classification":
             y_solve: np.ndarray = yc[:, 0].astype(np.int64)
@@ -241,6 +253,7 @@ class _BaseOptimalTree(BaseEstimator):
             s=self.s,
             time_limit=_solver_time_limit(self.time_limit),
             progress=progress,
+            **self._leaf_limits(),
         )
         self._adopt(result, label_attrs)
         self._node_impurity = self._impurity_of_nodes(Xc, yc, wc)
@@ -254,6 +267,16 @@ class _BaseOptimalTree(BaseEstimator):
                 stacklevel=3,
             )
         return self
+
+    def _leaf_limits(self) -> dict[str, Any]:
+        """The leaf limits for `solve`, only where they limit (so that a `solve`
+        without them, such as a test's stand-in, is called as before)."""
+        limits = {}
+        if self.min_samples_leaf != 1:
+            limits["min_samples_leaf"] = self.min_samples_leaf
+        if self.min_weight_fraction_leaf != 0:
+            limits["min_weight_fraction_leaf"] = self.min_weight_fraction_leaf
+        return limits
 
     def _adopt(self, result: Any, label_attrs: dict[str, Any]) -> None:
         """Take the fitted attributes from a `SolveResult` of this estimator's task
@@ -431,6 +454,15 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
     s : int, default=3
         How finely each root interval is cut per iteration (about s quantile
         pieces; see `qbnb_jax.solve`).
+    min_samples_leaf : int or float, default=1
+        Every leaf holds at least this many training rows (a float in (0, 1): that
+        fraction of the rows, rounded up), as in scikit-learn; the tree is optimal
+        among the trees that respect it. Identical rows are then not merged before
+        solving. Supported for max_depth 1 and 2.
+    min_weight_fraction_leaf : float, default=0.0
+        Every leaf holds at least this fraction (0 to 0.5) of the total sample
+        weight (class weights included), as in scikit-learn. Supported for max_depth 1
+        and 2.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplied into the sample weights as scikit-learn's
         trees do: ``{label: weight}``, or "balanced" for
@@ -512,10 +544,13 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         time_limit: float | None = None,
         verbose: bool | int = False,
         s: int = 3,
+        min_samples_leaf: int | float = 1,
+        min_weight_fraction_leaf: float = 0.0,
         class_weight: dict | str | None = None,
     ) -> None:
         super().__init__(max_depth=max_depth, bound=bound, time_limit=time_limit,
-                         verbose=verbose, s=s)
+                         verbose=verbose, s=s, min_samples_leaf=min_samples_leaf,
+                         min_weight_fraction_leaf=min_weight_fraction_leaf)
         self.class_weight = class_weight
 
     def __sklearn_tags__(self):
@@ -642,6 +677,15 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
     s : int, default=3
         How finely each root interval is cut per iteration (about s quantile
         pieces; see `qbnb_jax.solve`).
+    min_samples_leaf : int or float, default=1
+        Every leaf holds at least this many training rows (a float in (0, 1): that
+        fraction of the rows, rounded up), as in scikit-learn; the tree is optimal
+        among the trees that respect it. Identical rows are then not merged before
+        solving. Supported for max_depth 1 and 2.
+    min_weight_fraction_leaf : float, default=0.0
+        Every leaf holds at least this fraction (0 to 0.5) of the total sample
+        weight (class weights included), as in scikit-learn. Supported for max_depth 1
+        and 2.
 
     Attributes
     ----------
