@@ -173,19 +173,25 @@ def test_tree_files_keep_the_missing_directions():
         Tree.from_dict(bad)
 
 
-def test_batch_results_equal_single_solves():
-    rng = np.random.default_rng(7)
+@pytest.mark.parametrize("depth, n_problems", [(1, 5), (2, 5), (2, 40), (3, 4)])
+def test_batch_results_equal_single_solves(depth, n_problems):
+    """A shared layout (integer weights; 32 or more two-class problems take the vector
+    lanes) and per-problem layouts (fractional weights) alike."""
+    rng = np.random.default_rng(seed_of("batch", depth, n_problems))
     P = random_problem(rng, "classification", 14, 3, 2, weights="ones")
     X = with_missing(rng, P.X)
-    W = rng.integers(0, 3, size=(5, len(X))).astype(float)
+    W = rng.integers(0, 3, size=(n_problems, len(X))).astype(float)
     W[:, 0] = 1
-    for depth in (1, 2, 3):
-        batch = solve_batch(X, P.y, W, task="classification", depth=depth)
-        for w, got in zip(W, batch):
-            alone = solve(X, P.y, task="classification", depth=depth, sample_weight=w)
-            assert got.objective == alone.objective == brute_force(
-                X, P.y, w, task="classification", depth=depth)
-            assert got.tree.to_dict() == alone.tree.to_dict()
+    if n_problems < 32:
+        W[1] *= 0.5
+    batch = solve_batch(X, P.y, W, task="classification", depth=depth)
+    for i, (w, got) in enumerate(zip(W, batch)):
+        alone = solve(X, P.y, task="classification", depth=depth, sample_weight=w)
+        assert got.objective == alone.objective
+        assert got.tree.to_dict() == alone.tree.to_dict()
+        if i < 5:
+            want = brute_force(X, P.y, w, task="classification", depth=depth)
+            assert abs(got.objective - want) <= 1e-12 * max(1.0, want)
 
 
 def test_infinity_is_still_refused():
@@ -280,3 +286,46 @@ def test_exports_show_where_missing_values_go():
     assert ("or missing" in export_graphviz(clf)) == left
     X_clean = np.array([[1.0], [2.0], [3.0], [5.0], [6.0], [4.0]])
     assert "missing" not in export_text(OptimalTreeClassifier(max_depth=1).fit(X_clean, y))
+
+
+def test_command_line_reads_empty_cells_and_nan_as_missing(tmp_path, capsys):
+    from qbnb_jax._cli import main
+
+    rows = [("1", "", "0"), ("2", "5", "0"), ("", "6", "1"), ("nan", "7", "1"),
+            ("3", "NaN", "0"), ("4", "8", "1")]
+    data = tmp_path / "data.csv"
+    data.write_text("a,b,y\n" + "".join(",".join(r) + "\n" for r in rows))
+    tree = str(tmp_path / "tree.json")
+    assert main(["fit", str(data), "--target", "y", "--depth", "1", "-q",
+                 "--output", tree]) == 0
+    X = np.array([[np.nan if c.lower() in ("", "nan") else float(c) for c in r[:2]]
+                  for r in rows])
+    y = np.array([int(r[2]) for r in rows])
+    clf = OptimalTreeClassifier(max_depth=1).fit(X, y)
+    assert float(summary_line(capsys.readouterr().out, "objective")) == clf.objective_ == 0
+    pred = tmp_path / "pred.csv"
+    assert main(["predict", tree, str(data), "--output", str(pred)]) == 0
+    assert pred.read_text().split()[1:] == [str(v) for v in clf.predict(X)]
+    bad = tmp_path / "inf.csv"
+    bad.write_text("a,b,y\n1,inf,0\n2,3,1\n")
+    assert main(["fit", str(bad), "--target", "y", "-q"]) == 2
+    assert "infinity is not allowed" in capsys.readouterr().err
+
+
+def summary_line(stdout: str, key: str) -> str:
+    return next(line.split(": ", 1)[1] for line in stdout.splitlines()
+                if line.startswith(key + ": "))
+
+
+def test_bagged_ensembles_fit_and_predict_with_nan():
+    from qbnb_jax import BaggedOptimalTreeClassifier
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(30, 2))
+    y = (X[:, 0] > 0).astype(int)
+    X[rng.random(X.shape) < 0.3] = np.nan
+    bag = BaggedOptimalTreeClassifier(n_estimators=3, max_depth=1, random_state=0).fit(X, y)
+    proba = bag.predict_proba(X)
+    want = np.mean([m.predict_proba(X) for m in bag.estimators_], axis=0)
+    np.testing.assert_allclose(proba, want)
+    assert all(m.tree_.missing_go_to_left is not None for m in bag.estimators_)
