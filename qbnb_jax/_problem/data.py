@@ -390,7 +390,7 @@ def _check_frame_columns(X, name: str, allow_missing: bool = False) -> None:
             present = column[~missing] if missing.any() else column  # pd.NA has no int64
             _check_exact_integers(present.to_numpy(dtype=np.uint64 if kind == "u" else np.int64),
                                   what)
-        elif kind == "O" or (allow_missing and missing.any()):
+        elif kind == "O":
             problem = _object_problem(column.to_numpy(dtype=object), what, allow_missing)
             if problem is not None:
                 raise ValueError(problem)

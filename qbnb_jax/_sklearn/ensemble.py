@@ -25,7 +25,6 @@ from qbnb_jax._problem.data import (
     as_sample_weight,
     as_targets,
     check_task,
-    check_values,
     encode_labels,
     missing_as_nan,
 )
@@ -143,7 +142,6 @@ class _BaseBaggedOptimalTree(BaseEstimator):
 
     def _validate_X_predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
-        check_values(X, "X", allow_missing=True)
         return validate_data(self, missing_as_nan(X), dtype=np.float64, reset=False,
                              ensure_all_finite="allow-nan")
 

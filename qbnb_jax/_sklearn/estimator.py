@@ -198,7 +198,6 @@ class _BaseOptimalTree(BaseEstimator):
 
     def _validate_X_predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
-        check_values(X, "X", allow_missing=True)
         X = validate_data(self, missing_as_nan(X), dtype=np.float64, reset=False,
                           ensure_all_finite="allow-nan")
         needed = int(self.tree_.feature.max(initial=LEAF)) + 1
