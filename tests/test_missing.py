@@ -48,12 +48,12 @@ def with_missing(rng: np.random.Generator, X: np.ndarray) -> np.ndarray:
 
 
 @functools.cache
-def cases(task: str, depth: int) -> tuple:
-    rng = np.random.default_rng(seed_of("missing", task, depth))
+def cases(task: str, depth: int, count: int = N_CASES, largest: int = 12) -> tuple:
+    rng = np.random.default_rng(seed_of("missing", task, depth, count))
     out = []
-    for it in range(N_CASES):
+    for it in range(count):
         k = SHAPES[task][it % len(SHAPES[task])]
-        n = int(rng.integers(5, 13 if depth < 3 else 10))
+        n = int(rng.integers(5, largest + 1 if depth < 3 else min(largest, 9) + 1))
         P = random_problem(rng, task, n, int(rng.integers(1, 4)), k,
                            weights=("int", "float")[it % 2])
         if not (P.w > 0).any():
@@ -87,7 +87,28 @@ def tolerance(P, want: float) -> float:
 @pytest.mark.parametrize("depth", [1, 2, 3])
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_random_problems_match_brute_force(task, depth, it):
-    P = cases(task, depth)[it]
+    check_against_brute_force(cases(task, depth)[it], task, depth, it)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("it", range(40))
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_random_problems_match_brute_force_long(task, depth, it):
+    P = cases(task, depth, 40, 24 if depth < 3 else 11)[it]
+    check_against_brute_force(P, task, depth, it)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_depth4_matches_brute_force(task):
+    rng = np.random.default_rng(seed_of("missing depth 4", task))
+    P = random_problem(rng, task, 8, 2, 2, weights="int")
+    P.w[0] = 1.0
+    P.X = with_missing(rng, P.X)
+    check_against_brute_force(P, task, 4, 0)
+
+
+def check_against_brute_force(P, task: str, depth: int, it: int) -> None:
     want = brute_force(P.X, P.y, P.w, task=task, depth=depth)
     res = solve(P.X, P.y, task=task, depth=depth, sample_weight=P.w)
     tol = tolerance(P, want)
@@ -159,6 +180,39 @@ def test_node_that_saw_no_missing_values_sends_them_to_the_heavier_child():
                              if k != "missing_go_to_left"})  # a file from before
     assert loaded.missing_go_to_left is None
     np.testing.assert_array_equal(loaded.missing_directions(), tree.missing_go_to_left)
+
+
+def test_saved_estimators_and_results_keep_the_missing_directions(tmp_path):
+    from qbnb_jax import load_tree, save_tree
+
+    X = np.array([[1.0, 0], [2.0, 1], [3.0, 0], [np.nan, 1], [np.nan, 0], [4.0, 1]])
+    y = np.array([0, 0, 1, 1, 1, 0])
+    clf = OptimalTreeClassifier(max_depth=2).fit(X, y)
+    result = solve(X, y, task="classification", depth=2)
+    X_new = np.array([[np.nan, np.nan], [2.5, np.nan], [np.nan, 0.5]])
+    for i, obj in enumerate((clf, result)):
+        path = tmp_path / f"tree{i}.json"
+        save_tree(obj, str(path))
+        loaded = load_tree(str(path))
+        np.testing.assert_array_equal(loaded.predict(X_new), obj.predict(X_new))
+        data = json.loads(path.read_text())
+        data["tree"]["missing_go_to_left"][0] = 1
+        path.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match="missing_go_to_left"):
+            load_tree(str(path))
+
+
+def test_solve_many_with_and_without_missing_values():
+    from qbnb_jax import solve_many
+
+    rng = np.random.default_rng(4)
+    P = random_problem(rng, "regression", 10, 2, 1, weights="float")
+    P.w[0] = 1.0
+    datasets = [(with_missing(rng, P.X), P.y, P.w), (P.X, P.y, P.w)]
+    for (X, y, w), got in zip(datasets, solve_many(datasets, task="regression", depth=2)):
+        alone = solve(X, y, task="regression", depth=2, sample_weight=w)
+        assert got.objective == alone.objective and got.n_features == 2
+        assert got.tree.to_dict() == alone.tree.to_dict()
 
 
 def test_tree_files_keep_the_missing_directions():
