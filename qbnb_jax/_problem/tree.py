@@ -248,11 +248,9 @@ class Tree:
 
 
 def _directions(values) -> np.ndarray | None:
-    """`missing_go_to_left` of a tree description: booleans (or 0 / 1), or absent."""
+    """`missing_go_to_left` of a tree description: a list of booleans, or absent."""
     if values is None:
         return None
-    if not isinstance(values, list) or not all(
-        isinstance(v, bool) or v in (0, 1) for v in values
-    ):
+    if not isinstance(values, list) or not all(isinstance(v, bool) for v in values):
         raise ValueError("missing_go_to_left must be a list of booleans")
     return np.asarray(values, dtype=bool)
