@@ -383,3 +383,14 @@ def test_bagged_ensembles_fit_and_predict_with_nan():
     want = np.mean([m.predict_proba(X) for m in bag.estimators_], axis=0)
     np.testing.assert_allclose(proba, want)
     assert all(m.tree_.missing_go_to_left is not None for m in bag.estimators_)
+
+
+def test_select_depth_scores_rows_with_missing_values():
+    from qbnb_jax import select_depth
+
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(24, 2))
+    y = (X[:, 0] > 0).astype(int)
+    X[rng.random(X.shape) < 0.25] = np.nan
+    sel = select_depth(X, y, task="classification", depths=(1, 2), cv=3, random_state=0)
+    assert np.isfinite(sel.scores).all() and sel.best_depth in (1, 2)
