@@ -359,14 +359,18 @@ def _line(row_index: int) -> int:
     return row_index + 2  # 1-based, after the header (approximate if blank lines were skipped)
 
 
-def _numeric_column(path: str, name: str, cells: list[str]) -> np.ndarray:
+def _numeric_column(path: str, name: str, cells: list[str], missing: bool = False) -> np.ndarray:
+    """A column of numbers; `missing` (feature columns): empty cells and NaN are
+    missing values, read as NaN."""
     import numpy as np
 
+    if missing and "" in cells:
+        cells = ["nan" if cell == "" else cell for cell in cells]
     try:
         values = np.asarray(cells, dtype=np.float64)
     except ValueError:
         values = None
-    if values is None or not np.all(np.isfinite(values)):
+    if values is None or not np.all(np.isfinite(values) | (missing & np.isnan(values))):
         for i, cell in enumerate(cells):
             if cell == "":
                 raise InputError(f"{path}: column {name!r} has a missing value on line {_line(i)}.")
@@ -376,10 +380,12 @@ def _numeric_column(path: str, name: str, cells: list[str]) -> np.ndarray:
                 raise InputError(
                     f"{path}: column {name!r} has a non-numeric value {cell!r} on line {_line(i)}."
                 ) from None
-            if not math.isfinite(v):
+            if not math.isfinite(v) and not (missing and math.isnan(v)):
                 raise InputError(
                     f"{path}: column {name!r} has a non-finite value {cell!r} on line "
-                    f"{_line(i)} (NaN and infinity are not allowed)."
+                    f"{_line(i)} ("
+                    + ("infinity is not allowed; a missing value is an empty cell or NaN)."
+                       if missing else "NaN and infinity are not allowed).")
                 )
     assert values is not None
     return values
@@ -527,7 +533,7 @@ def _fit_inputs(args: argparse.Namespace) -> tuple[str, np.ndarray, Any, Any, li
         raise InputError(f"{args.data} has no feature columns besides the target.")
     X = np.column_stack(
         [
-            _numeric_column(args.data, name, _column(header, rows, name, args.data))
+            _numeric_column(args.data, name, _column(header, rows, name, args.data), missing=True)
             for name in features
         ]
     )
@@ -679,7 +685,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     header, rows = read_csv(args.data)
     columns = feature_columns(est, header, args)
     X = np.column_stack(
-        [_numeric_column(args.data, header[j], [row[j] for row in rows]) for j in columns]
+        [_numeric_column(args.data, header[j], [row[j] for row in rows], missing=True)
+         for j in columns]
     )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="X does not have valid feature names")

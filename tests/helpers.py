@@ -84,13 +84,19 @@ def candidate_splits(X: np.ndarray) -> np.ndarray:
 
     Thresholds: midpoints of consecutive distinct values of each feature, plus +inf
     (everything left; "everything right" is the same partition mirrored).
+    Missing values (NaN) go left or right, both are listed for every threshold, as
+    scikit-learn's trees choose a side per split: so the split "every present value
+    left, the missing ones right" is one of them.
     """
     n, p = X.shape
     rows = [np.ones(n, dtype=bool)]
     for f in range(p):
-        values = np.unique(X[:, f])
+        missing = np.isnan(X[:, f])
+        values = np.unique(X[~missing, f])
         for v in values[:-1]:  # everything up to each distinct value goes left
-            rows.append(X[:, f] <= v)
+            rows.append(X[:, f] <= v)  # NaN <= v is False: missing values go right
+            rows.append((X[:, f] <= v) | missing)
+        rows.append(~missing)
     return np.unique(np.array(rows, dtype=bool).reshape(-1, n), axis=0)
 
 

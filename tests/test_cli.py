@@ -128,8 +128,8 @@ def _bad_inputs(tmp_path, iris_csv):
     header = ",".join(FEATURES) + ",species\n"
     files = {
         "nonnumeric": header + "1,2,3,abc,x\n1,2,3,4,y\n",
-        "nan": header + "1,2,3,nan,x\n1,2,3,4,y\n",
-        "missing": header + "1,2,,4,x\n1,2,3,4,y\n",
+        "inf": header + "1,2,3,inf,x\n1,2,3,4,y\n",
+        "missing": header + "1,2,3,4,\n1,2,3,4,y\n",
         "ragged": header + "1,2,3,4\n",
         "empty": "",
         "headeronly": header,
@@ -146,8 +146,8 @@ def _bad_inputs(tmp_path, iris_csv):
         "missing file": (["fit", str(tmp_path / "nope.csv"), "--target", "y"], "nope.csv"),
         "missing column": (["fit", iris_csv, "--target", "colour"], "'colour'"),
         "non-numeric": (["fit", paths["nonnumeric"], "--target", "species"], "'abc'"),
-        "nan": (["fit", paths["nan"], "--target", "species"], "non-finite"),
-        "empty cell": (["fit", paths["missing"], "--target", "species"], "missing value"),
+        "inf": (["fit", paths["inf"], "--target", "species"], "non-finite"),
+        "empty target cell": (["fit", paths["missing"], "--target", "species"], "missing value"),
         "ragged": (["fit", paths["ragged"], "--target", "species"], "fields"),
         "empty file": (["fit", paths["empty"], "--target", "species"], "empty"),
         "no rows": (["fit", paths["headeronly"], "--target", "species"], "no data rows"),

@@ -15,6 +15,7 @@ import numpy as np
 
 from qbnb_jax._device.parallel import run_all
 from qbnb_jax._problem.leaf_limits import LeafLimits
+from qbnb_jax._problem.missing import MissingColumns, virtual_features
 
 Task = Literal["classification", "regression"]
 # How leaf losses are computed from summed stat vectors:
@@ -73,6 +74,13 @@ class Problem:
     target_exponent: int = 0
     # min_samples_leaf / min_weight_fraction_leaf; None: leaves of any size
     leaf_limits: LeafLimits | None = None
+    # X had NaN: `X` holds the virtual features of `_problem/missing.py`; None: none
+    missing: MissingColumns | None = None
+
+    @property
+    def n_features(self) -> int:
+        """The caller's number of features (`p` counts columns with NaN twice)."""
+        return self.p if self.missing is None else self.missing.n_features
 
     @property
     def loss_exponent(self) -> int:
@@ -307,12 +315,15 @@ def _check_exact_integers(arr: np.ndarray, name: str) -> None:
         raise ValueError(_inexact_integer(name, value, _where(arr.shape, i)))
 
 
-def _object_problem(arr: np.ndarray, name: str) -> str | None:
+def _object_problem(arr: np.ndarray, name: str, allow_missing: bool = False) -> str | None:
     """What makes an object array unfit for float64: the first missing marker, date or
     inexact integer, as a message; None when there is none (other values are left to
-    the numeric conversion, whose error names them)."""
+    the numeric conversion, whose error names them). `allow_missing`: None and pd.NA
+    are missing values (read as NaN), not refused."""
     for i, value in enumerate(arr.reshape(-1).tolist()):
         marker = _missing_marker(value)
+        if allow_missing and marker in ("None", "pd.NA"):
+            continue
         if marker is not None and marker != "NaN":  # NaN is a float: the finite check names it
             return f"{name} contains missing values ({marker}) at {_where(arr.shape, i)}."
         if _is_time(value):
@@ -328,15 +339,21 @@ def _object_problem(arr: np.ndarray, name: str) -> str | None:
     return None
 
 
-def _as_float(arr: np.ndarray, name: str) -> np.ndarray:
-    """A numeric or object array as float64, refusing what float64 would misread."""
+def _as_float(arr: np.ndarray, name: str, allow_missing: bool = False) -> np.ndarray:
+    """A numeric or object array as float64, refusing what float64 would misread
+    (`allow_missing`: None and pd.NA become NaN)."""
     if arr.dtype.kind in "mM":
         kind = "timedelta" if arr.dtype.kind == "m" else "datetime"
         raise ValueError(f"{name} has {kind} dtype ({arr.dtype}); convert it to numbers.")
     if arr.dtype == object:
-        problem = _object_problem(arr, name)
+        problem = _object_problem(arr, name, allow_missing)
         if problem is not None:
             raise ValueError(problem)
+        if allow_missing:
+            missing = [_missing_marker(v) is not None for v in arr.reshape(-1).tolist()]
+            if any(missing):
+                arr = arr.copy()
+                arr.reshape(-1)[np.asarray(missing)] = np.nan
         try:
             return arr.astype(np.float64)
         except (TypeError, ValueError) as err:
@@ -354,11 +371,11 @@ def _is_frame(X) -> bool:
     return getattr(X, "ndim", None) == 2 and hasattr(X, "dtypes") and hasattr(X, "iloc")
 
 
-def _check_frame_columns(X, name: str) -> None:
+def _check_frame_columns(X, name: str, allow_missing: bool = False) -> None:
     """Refuse, naming the column, what converting a DataFrame to float64 would misread:
-    datetime columns, missing values (pd.NA in nullable columns, NaN, None) and integers
-    float64 cannot hold exactly (a frame of int and float columns converts to float64
-    silently)."""
+    datetime columns, missing values (pd.NA in nullable columns, NaN, None; unless
+    `allow_missing`) and integers float64 cannot hold exactly (a frame of int and float
+    columns converts to float64 silently)."""
     for j, (label, dtype) in enumerate(X.dtypes.items()):
         column = X.iloc[:, j]
         what = f"{name} column {label!r}"
@@ -367,30 +384,31 @@ def _check_frame_columns(X, name: str) -> None:
             time_kind = "timedelta" if kind == "m" else "datetime"
             raise ValueError(f"{what} has {time_kind} dtype ({dtype}); convert it to numbers.")
         missing = np.asarray(column.isna(), dtype=bool)
-        if missing.any():
+        if missing.any() and not allow_missing:
             row = int(np.argmax(missing))
             marker = _missing_marker(column.iloc[row]) or "NaN"
             raise ValueError(f"{name} contains missing values ({marker}) in column {label!r} "
                              f"(first at row {row}).")
         if kind in "iu":
-            _check_exact_integers(column.to_numpy(dtype=np.uint64 if kind == "u" else np.int64),
+            present = column[~missing] if missing.any() else column  # pd.NA has no int64
+            _check_exact_integers(present.to_numpy(dtype=np.uint64 if kind == "u" else np.int64),
                                   what)
         elif kind == "O":
-            problem = _object_problem(column.to_numpy(dtype=object), what)
+            problem = _object_problem(column.to_numpy(dtype=object), what, allow_missing)
             if problem is not None:
                 raise ValueError(problem)
 
 
-def check_values(values, name: str) -> None:
+def check_values(values, name: str, allow_missing: bool = False) -> None:
     """Refuse input that float64 would misread: dates, missing markers other than NaN
-    (pd.NA, None, NaT) and integers beyond float64's precision, with a message naming
-    the value (and a DataFrame's column), as `solve`'s conversion does. For the
-    estimators, before scikit-learn converts their input; other problems (strings,
-    NaN) are left to that conversion, whose message names them."""
+    (pd.NA, None, NaT; `allow_missing`: NaT only) and integers beyond float64's
+    precision, with a message naming the value (and a DataFrame's column), as `solve`'s
+    conversion does. For the estimators, before scikit-learn converts their input;
+    other problems (strings, NaN) are left to that conversion, whose message names them."""
     if values is None:  # absent: the caller says so
         return
     if _is_frame(values):
-        _check_frame_columns(values, name)
+        _check_frame_columns(values, name, allow_missing)
         return
     try:
         arr = np.asarray(values)
@@ -399,11 +417,36 @@ def check_values(values, name: str) -> None:
     if arr.dtype.kind in "mM":
         _as_float(arr, name)
     elif arr.dtype == object:
-        problem = _object_problem(arr, name)
+        problem = _object_problem(arr, name, allow_missing)
         if problem is not None:
             raise ValueError(problem)
     else:
         _check_exact_integers(arr, name)
+
+
+def missing_as_nan(X):
+    """Features with None and pd.NA in object arrays or object DataFrame columns as NaN,
+    which scikit-learn's float64 conversion (for the estimators) does not read."""
+    if _is_frame(X):
+        columns = [j for j, dtype in enumerate(X.dtypes) if getattr(dtype, "kind", "O") == "O"]
+        if columns and bool(X.iloc[:, columns].isna().to_numpy().any()):
+            X = X.copy()
+            for j in columns:
+                X.iloc[:, j] = X.iloc[:, j].where(X.iloc[:, j].notna(), np.nan)
+        return X
+    if isinstance(X, (list, tuple, np.ndarray)):
+        try:
+            arr = np.asarray(X)
+        except Exception:  # ragged lists and the like: the converter explains
+            return X
+        if arr.dtype == object:
+            missing = np.array([_missing_marker(v) in ("None", "pd.NA")
+                                for v in arr.reshape(-1).tolist()], dtype=bool)
+            if missing.any():
+                arr = arr.copy()
+                arr.reshape(-1)[missing] = np.nan
+                return arr
+    return X
 
 
 def check_task(task: str) -> Task:
@@ -413,14 +456,15 @@ def check_task(task: str) -> Task:
 
 
 def as_feature_matrix(X) -> np.ndarray:
-    """Validate features: a finite, numeric, non-empty 2-D array."""
+    """Validate features: a numeric, non-empty 2-D array of finite numbers or missing
+    values (NaN; None and pd.NA are read as NaN), never infinite."""
     if _is_frame(X):  # its conversion to one array can be lossy: checked column by column
-        _check_frame_columns(X, "X")
+        _check_frame_columns(X, "X", allow_missing=True)
     try:
         arr = np.asarray(X)
     except Exception as err:  # ragged lists and the like
         raise ValueError(f"X could not be read as an array: {_one_line(err)}") from None
-    arr = _as_float(arr, "X")
+    arr = _as_float(arr, "X", allow_missing=True)
     if arr.ndim != 2:
         raise ValueError(
             f"X must be 2-D (n_samples, n_features); got shape {arr.shape}. "
@@ -430,10 +474,11 @@ def as_feature_matrix(X) -> np.ndarray:
         raise ValueError("X is empty: it has 0 samples.")
     if arr.shape[1] == 0:
         raise ValueError("X has 0 features.")
-    if not np.all(np.isfinite(arr)):
-        bad = np.argwhere(~np.isfinite(arr))[0]
+    if np.isinf(arr).any():
+        bad = np.argwhere(np.isinf(arr))[0]
         raise ValueError(
-            f"X contains NaN or infinity (first at row {bad[0]}, column {bad[1]})."
+            f"X contains infinity (first at row {bad[0]}, column {bad[1]}); missing values "
+            "may be NaN, other values must be finite."
         )
     return arr
 
@@ -526,10 +571,11 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
     two for the search (`Problem.weight_exponent`), so any overall scale works.
     Fractional class weights: their total between n * 2**-1000 and 2**1000. Integers
     (X, y, sample_weight) must be exact in float64 (|v| <= 2**53, or fewer
-    significant bits).
+    significant bits). Missing values (NaN) in X: each column with NaN becomes two
+    virtual features (`_problem/missing.py`), chosen from X alone, whatever the weights.
     """
     task = check_task(task)
-    X = as_feature_matrix(X)
+    X, missing = virtual_features(as_feature_matrix(X))
     n_all = X.shape[0]
     w, integral = as_sample_weight(sample_weight, n_all)
     if task == "classification":
@@ -588,6 +634,7 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
         weight=w,
         weight_exponent=exponents[0],
         target_exponent=exponents[1],
+        missing=missing,
     )
 
 

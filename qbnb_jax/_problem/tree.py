@@ -3,7 +3,8 @@
 Nodes are stored in depth-first preorder: node 0 is the root, a node's left subtree
 comes before its right subtree. Leaves have ``feature == LEAF`` and
 ``children_left == children_right == LEAF``. A sample goes left when
-``x[feature] <= threshold``.
+``x[feature] <= threshold``; a missing value (NaN) goes left when the node's
+``missing_go_to_left`` says so.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class Tree:
       mean of each target (`k` = number of targets).
     - `weighted_n_node_samples`: float64 `(n_nodes,)`, training weight in the node.
     - `task`: `"classification"` or `"regression"`.
+    - `missing_go_to_left`: bool `(n_nodes,)`, where a NaN in the split feature goes
+      (False at leaves); None: every node sends NaN to the child with more training
+      weight (the right one on ties), scikit-learn's rule for splits that saw no
+      missing values (`missing_directions`).
     """
 
     children_left: np.ndarray
@@ -40,6 +45,7 @@ class Tree:
     value: np.ndarray
     weighted_n_node_samples: np.ndarray
     task: Task
+    missing_go_to_left: np.ndarray | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -48,6 +54,25 @@ class Tree:
     @property
     def n_leaves(self) -> int:
         return int(np.sum(self.children_left == LEAF))
+
+    def missing_directions(self) -> np.ndarray:
+        """Bool `(n_nodes,)`: whether a NaN goes left at each node (False at leaves)."""
+        if self.missing_go_to_left is not None:
+            return self.missing_go_to_left
+        internal = self.feature != LEAF
+        w = self.weighted_n_node_samples
+        heavier_left = np.zeros(self.n_nodes, dtype=bool)
+        heavier_left[internal] = (w[self.children_left[internal]]
+                                  > w[self.children_right[internal]])
+        return heavier_left
+
+    def _goes_left(self, x: np.ndarray, node) -> np.ndarray:
+        """Whether values `x` of the split feature of nodes `node` go left."""
+        left = x <= self.threshold[node]
+        nan = np.isnan(x)
+        if nan.any():
+            left = np.where(nan, self.missing_directions()[node], left)
+        return left
 
     def node_indicator(self, X: np.ndarray) -> np.ndarray:
         """Bool `(n_samples, n_nodes)`: which nodes each row of `X` passes through."""
@@ -58,7 +83,7 @@ class Tree:
             f = self.feature[node]
             if f == LEAF:
                 continue
-            left = X[:, f] <= self.threshold[node]
+            left = self._goes_left(X[:, f], node)
             reach[:, self.children_left[node]] = reach[:, node] & left
             reach[:, self.children_right[node]] = reach[:, node] & ~left
         return reach
@@ -106,7 +131,7 @@ class Tree:
             if not internal.any():
                 break
             rows = np.nonzero(internal)[0]
-            go_left = X[rows, feat[rows]] <= self.threshold[node[rows]]
+            go_left = self._goes_left(X[rows, feat[rows]], node[rows])
             node[rows] = np.where(
                 go_left, self.children_left[node[rows]], self.children_right[node[rows]]
             )
@@ -133,8 +158,9 @@ class Tree:
         return np.where(totals > 0, counts / np.where(totals > 0, totals, 1.0), uniform)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready description of the tree (see `Tree.from_dict`)."""
-        return {
+        """A JSON-ready description of the tree (see `Tree.from_dict`);
+        `missing_go_to_left` only when the tree has its own."""
+        described = {
             "task": self.task,
             "children_left": self.children_left.tolist(),
             "children_right": self.children_right.tolist(),
@@ -143,10 +169,16 @@ class Tree:
             "value": self.value.tolist(),
             "weighted_n_node_samples": self.weighted_n_node_samples.tolist(),
         }
+        if self.missing_go_to_left is not None:
+            described["missing_go_to_left"] = self.missing_go_to_left.tolist()
+        return described
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Tree:
-        """Rebuild a tree from `to_dict` output, checking that it is a valid tree."""
+        """Rebuild a tree from `to_dict` output, checking that it is a valid tree.
+
+        Descriptions without `missing_go_to_left` (written before missing values were
+        supported) send NaN to each node's heavier child."""
         def indices(name: str) -> np.ndarray:
             values = np.asarray(data[name], dtype=np.float64)
             if values.ndim != 1 or not np.all(np.isfinite(values)) or np.any(
@@ -168,6 +200,7 @@ class Tree:
                     data["weighted_n_node_samples"], dtype=np.float64
                 ),
                 task=data["task"],
+                missing_go_to_left=_directions(data.get("missing_go_to_left")),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise ValueError(f"Malformed tree description: {err}") from None
@@ -182,6 +215,9 @@ class Tree:
         for name in ("children_left", "children_right", "threshold", "weighted_n_node_samples"):
             if getattr(self, name).shape != (n,):
                 raise ValueError(f"Malformed tree: {name} must have shape ({n},).")
+        missing = self.missing_go_to_left
+        if missing is not None and (missing.shape != (n,) or missing.dtype != bool):
+            raise ValueError(f"Malformed tree: missing_go_to_left must be bool ({n},).")
         if self.value.ndim != 2 or self.value.shape[0] != n or n == 0:
             raise ValueError(f"Malformed tree: value must have shape ({n}, k) with n >= 1.")
         leaf = self.feature == LEAF
@@ -209,3 +245,12 @@ class Tree:
             raise ValueError("Malformed tree: nodes must be in preorder (child after parent).")
         if np.any(self.feature[~leaf] < 0):
             raise ValueError("Malformed tree: negative split feature.")
+
+
+def _directions(values) -> np.ndarray | None:
+    """`missing_go_to_left` of a tree description: a list of booleans, or absent."""
+    if values is None:
+        return None
+    if not isinstance(values, list) or not all(isinstance(v, bool) for v in values):
+        raise ValueError("missing_go_to_left must be a list of booleans")
+    return np.asarray(values, dtype=bool)

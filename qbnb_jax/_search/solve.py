@@ -20,6 +20,7 @@ from qbnb_jax._device.runner import COUNTER_NAMES, Counters
 from qbnb_jax._problem.data import make_problem
 from qbnb_jax._problem.host import build_tree, tree_objective
 from qbnb_jax._problem.leaf_limits import leaf_limits
+from qbnb_jax._problem.missing import original_tree
 from qbnb_jax._problem.tree import Tree
 from qbnb_jax._search.appendix import AppendixSearch
 from qbnb_jax._search.deep import DeepSearch
@@ -124,7 +125,9 @@ def solve(
 
     **Arguments:**
 
-    - `X`: features, `(n, p)`, finite numbers.
+    - `X`: features, `(n, p)`, finite numbers or NaN (missing): each split then also
+      chooses which side missing values go to, and the tree is optimal over those
+      choices too (columns with NaN count twice in the search).
     - `y`: class labels `(n,)` (any sortable values) or targets `(n,)` / `(n, m)`.
     - `task`: `"classification"` (0-1 loss) or `"regression"` (squared error).
     - `depth`: 1 to 8 (3 and deeper cost much more, each level more again: see
@@ -204,6 +207,8 @@ def _make_result(search: Search, depth: int, q: int = 0,
         objective = tree_objective(tree, problem)
     else:
         tree, objective = built
+    if problem.missing is not None:  # a tree over the virtual features of NaN columns
+        tree = original_tree(tree, problem.X, problem.weight, problem.missing)
     status = search.stats.status(q)
     # losses are never negative
     lower = max(0.0, min(problem.true_loss(search.incumbents.lower_bound[q]), objective))
@@ -234,5 +239,5 @@ def _make_result(search: Search, depth: int, q: int = 0,
         task=problem.task,
         depth=depth,
         classes=problem.classes,
-        n_features=problem.p,
+        n_features=problem.n_features,
     )

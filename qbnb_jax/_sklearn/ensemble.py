@@ -26,6 +26,7 @@ from qbnb_jax._problem.data import (
     as_targets,
     check_task,
     encode_labels,
+    missing_as_nan,
 )
 from qbnb_jax._problem.tree import Tree
 from qbnb_jax._search.solve import SUPPORTED_DEPTHS, SolveResult
@@ -134,9 +135,15 @@ class _BaseBaggedOptimalTree(BaseEstimator):
             member.feature_names_in_ = self.feature_names_in_
         return member
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        return tags
+
     def _validate_X_predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
-        return validate_data(self, X, dtype=np.float64, reset=False)
+        return validate_data(self, missing_as_nan(X), dtype=np.float64, reset=False,
+                             ensure_all_finite="allow-nan")
 
     def _fit(self, X: Any, y: Any, sample_weight: Any) -> _BaseBaggedOptimalTree:
         self._validate_params()
@@ -266,7 +273,7 @@ class BaggedOptimalTreeClassifier(ClassifierMixin, _BaseBaggedOptimalTree):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Training features; finite numbers.
+            Training features; finite numbers or NaN (missing).
         y : array-like of shape (n_samples,)
             Class labels: any sortable values.
         sample_weight : array-like of shape (n_samples,), default=None
@@ -395,7 +402,7 @@ class BaggedOptimalTreeRegressor(RegressorMixin, _BaseBaggedOptimalTree):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Training features; finite numbers.
+            Training features; finite numbers or NaN (missing).
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
             Targets; finite numbers.
         sample_weight : array-like of shape (n_samples,), default=None

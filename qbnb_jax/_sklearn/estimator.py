@@ -25,7 +25,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from qbnb_jax._constants import BOUNDS, SUPPORTED_DEPTHS
-from qbnb_jax._problem.data import check_values, weight_values
+from qbnb_jax._problem.data import check_values, missing_as_nan, weight_values
 from qbnb_jax._problem.tree import LEAF, Tree
 
 
@@ -111,9 +111,13 @@ def _canonical_rows(
     whatever the row order and whether a sample is repeated or weighted, so ties
     between equally good trees are broken the same way in all those cases.
     Returns `(X, y_cols, weights)`; `weights` is None when every merged weight is 1
-    and no weights were given.
+    and no weights were given. Missing values (NaN) are equal to each other here.
     """
-    Z = np.concatenate([X, y_cols], axis=1)
+    missing = np.isnan(X)
+    if missing.any():  # NaN != NaN: rows are told apart by a flag and a 0 in its place
+        Z = np.concatenate([missing, np.where(missing, 0.0, X), y_cols], axis=1)
+    else:
+        Z = np.concatenate([X, y_cols], axis=1)
     rows, inverse = np.unique(Z, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
     weights = np.ones(X.shape[0]) if sample_weight is None else sample_weight
@@ -123,6 +127,9 @@ def _canonical_rows(
     else:
         merged_out = merged
     p = X.shape[1]
+    if missing.any():
+        flags, rows = rows[:, :p] != 0, rows[:, p:]
+        rows[:, :p][flags] = np.nan
     return rows[:, :p], rows[:, p:], merged_out
 
 
@@ -193,9 +200,15 @@ class _BaseOptimalTree(BaseEstimator):
                     f"Got {value!r} instead."
                 )
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        return tags
+
     def _validate_X_predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
+        X = validate_data(self, missing_as_nan(X), dtype=np.float64, reset=False,
+                          ensure_all_finite="allow-nan")
         needed = int(self.tree_.feature.max(initial=LEAF)) + 1
         if X.shape[1] < needed:  # only possible for trees loaded without n_features_in_
             raise ValueError(
@@ -379,6 +392,7 @@ class _BaseOptimalTree(BaseEstimator):
         nodes["n_node_samples"] = (np.rint(tree.weighted_n_node_samples) if samples is None
                                    else samples)
         nodes["weighted_n_node_samples"] = tree.weighted_n_node_samples
+        nodes["missing_go_to_left"] = tree.missing_directions() & ~leaf
         classification = self._task == "classification"
         if classification:  # scikit-learn keeps each node's class shares
             total = np.maximum(tree.weighted_n_node_samples, 1e-300)[:, None]
@@ -568,8 +582,9 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         return weights if sample_weight is None else weights * sample_weight
 
     def _validate_data_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
-        check_values(X, "X")  # what scikit-learn's float64 conversion would misread
-        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_values(X, "X", allow_missing=True)  # what scikit-learn's conversion misreads
+        X, y = validate_data(self, missing_as_nan(X), y, dtype=np.float64,
+                             ensure_all_finite="allow-nan")
         try:
             check_classification_targets(y)
         except TypeError as err:  # e.g. None among string labels: they cannot be sorted
@@ -590,7 +605,8 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Training features; finite numbers.
+            Training features; finite numbers or NaN (missing: each split learns
+            which side they go to).
         y : array-like of shape (n_samples,)
             Class labels: any sortable values (ints, strings, ...).
         sample_weight : array-like of shape (n_samples,), default=None
@@ -744,9 +760,10 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
         return tags
 
     def _validate_data_fit(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
-        check_values(X, "X")  # what scikit-learn's float64 conversion would misread
+        check_values(X, "X", allow_missing=True)  # what scikit-learn's conversion misreads
         check_values(y, "y")
-        return validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
+        return validate_data(self, missing_as_nan(X), y, dtype=np.float64, multi_output=True,
+                             y_numeric=True, ensure_all_finite="allow-nan")
 
     def _encode_y(self, y: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         y = np.asarray(y, dtype=np.float64)
@@ -759,7 +776,8 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Training features; finite numbers.
+            Training features; finite numbers or NaN (missing: each split learns
+            which side they go to).
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
             Targets; finite numbers.
         sample_weight : array-like of shape (n_samples,), default=None

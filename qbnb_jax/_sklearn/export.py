@@ -172,7 +172,9 @@ def export_text(
     Returns
     -------
     report : str
-        One line per split branch and leaf, e.g. ``|--- petal width (cm) <= 0.80``.
+        One line per split branch and leaf, e.g. ``|--- petal width (cm) <= 0.80``;
+        a tree fitted on missing values adds `` or missing`` to the branch they take
+        (in DOT and plots, to the split's line when they go left: the True edge).
         Leaves read ``class: c`` (``weights: [..] class: c`` with `show_weights`) for
         classification and ``value: [..]`` (one entry per target) for regression.
 
@@ -230,9 +232,10 @@ def export_text(
             if tree.feature[node] != LEAF:
                 name = feature_name(node)
                 threshold = number(float(tree.threshold[node]))
-                report.write(f"{indent} {name} <= {threshold}\n")
+                left, right = _missing_marks(tree, node)
+                report.write(f"{indent} {name} <= {threshold}{left}\n")
                 stack.append((int(tree.children_right[node]), depth + 1))
-                stack.append(f"{indent} {name} >  {threshold}\n")
+                stack.append(f"{indent} {name} >  {threshold}{right}\n")
                 stack.append((int(tree.children_left[node]), depth + 1))
             else:
                 add_leaf(node, indent)
@@ -244,6 +247,16 @@ def export_text(
             else:
                 report.write(f"{indent} truncated branch of depth {subtree_depths[node]}\n")
     return report.getvalue()
+
+
+def _missing_marks(tree: Tree, node: int) -> tuple[str, str]:
+    """What the left and right branch of a split add for missing values: nothing for
+    trees that saw none (`Tree.missing_go_to_left` None), else " or missing" on the
+    side NaN goes to."""
+    if tree.missing_go_to_left is None:
+        return "", ""
+    mark = " or missing"
+    return (mark, "") if tree.missing_go_to_left[node] else ("", mark)
 
 
 # -- node labels shared by DOT and matplotlib ------------------------------------------
@@ -272,7 +285,8 @@ def _node_lines(
     if tree.feature[node] != LEAF:
         f = int(tree.feature[node])
         feature = str(names[f]) if names is not None else feature_fmt.format(f)
-        lines.append(f"{feature} <= {round(float(tree.threshold[node]), precision)}")
+        lines.append(f"{feature} <= {round(float(tree.threshold[node]), precision)}"
+                     f"{_missing_marks(tree, node)[0]}")
     lines.append(f"samples = {_format_number(tree.weighted_n_node_samples[node], precision)}")
     value = tree.value[node]
     if tree.task == "classification":
@@ -1088,6 +1102,7 @@ def _tree_from_json(obj: Any, task: str) -> Tree:
         value=_value_array(obj, n),
         weighted_n_node_samples=_number_array(obj, "weighted_n_node_samples", n, nulls=False),
         task=obj.get("task"),
+        missing_go_to_left=_missing_directions(obj, n),
     )
     tree.check()
     if tree.task != task:
@@ -1100,6 +1115,19 @@ def _tree_from_json(obj: Any, task: str) -> Tree:
             f"{MAX_TREE_DEPTH}."
         )
     return tree
+
+
+def _missing_directions(obj: dict[str, Any], n: int) -> np.ndarray | None:
+    """`missing_go_to_left`: n booleans; absent in files of trees that saw no missing
+    values (or written before they were supported): NaN then goes to the heavier child."""
+    values = obj.get("missing_go_to_left")
+    if values is None:
+        return None
+    if not isinstance(values, list) or len(values) != n or not all(
+        isinstance(v, bool) for v in values
+    ):
+        raise _malformed(f"'missing_go_to_left' must be a list of {n} booleans.")
+    return np.asarray(values, dtype=bool)
 
 
 def _node_count(obj: dict[str, Any]) -> int:
