@@ -109,6 +109,8 @@ class DeepSearch(Search):
         """Evaluate every tree whose root cuts f0 before sorted position k."""
         p_lb, p_ub, p_splits = self.side(f0, k, LEFT)
         s_lb, s_ub, s_splits = self.side(f0, k, RIGHT)
+        # a split penalty: the root's, carried by the prefix side (`_search/penalty.py`)
+        p_lb, p_ub = p_lb + self.options.penalty, p_ub + self.options.penalty
         if p_ub + s_ub < self.incumbent:
             self.offer(p_ub + s_ub, functools.partial(self._root_spec, f0, k, p_splits, s_splits))
         return p_lb, s_lb
@@ -139,6 +141,7 @@ class DeepSearch(Search):
         u = problem.n_thresholds.astype(np.int64)
         ends = np.zeros((problem.p, 4))
         ends[:, 1] = ends[:, 2] = all_lb
+        ends[:, [0, 2]] += self.options.penalty
         frontier = RootFrontier(
             root=np.arange(problem.p),
             lo=np.ones(problem.p, dtype=np.int64),
@@ -221,7 +224,8 @@ class DeepSearch(Search):
             keys, cutoffs = [], []
             for i, _, r, k in group:
                 keys += [(r, k, LEFT), (r, k, RIGHT)]
-                cutoffs += [self.incumbent - ends[i, 3], self.incumbent - ends[i, 0]]
+                cutoffs += [self.incumbent - self.options.penalty - ends[i, 3],
+                            self.incumbent - ends[i, 0]]
             self.solve_sides(keys, cutoffs)
             for i, jj, r, k in group:
                 prefix[i][jj], suffix[i][jj] = self.root_split(r, k)

@@ -34,6 +34,7 @@ from qbnb_jax._problem.data import ThresholdTables
 from qbnb_jax._problem.host import stump_losses, stumps_of_all_shared
 from qbnb_jax._search.frontier import CutLosses, Frontier, PieceBounds, PieceFeatures, Pieces
 from qbnb_jax._search.pair_bounds import PairInputs, pair_bounds
+from qbnb_jax._search.penalty import LEAF_SPEC, SideLeaves, all_leaf_loss, penalise_sweep
 from qbnb_jax._search.search import Search
 from qbnb_jax._search.state import Incumbents
 
@@ -137,6 +138,8 @@ class Depth2Search:
         if tables.stump_loss is not None:
             self.stumps = tables.stump_loss, tables.stump_position
         self.n_samples = np.array([pr.n for pr in problems])
+        self.penalty = self.options.penalty
+        self.leaves = SideLeaves(problems) if self.penalty else None
 
     # -- driver -------------------------------------------------------------------------
     def run(self) -> None:
@@ -147,8 +150,13 @@ class Depth2Search:
             request = next(steps)
             while True:
                 sweep = getattr(runner, request.kind)
-                request = steps.send(sweep(*request.args,
-                                           problem=self.runner_rows[request.problem]))
+                result = sweep(*request.args, problem=self.runner_rows[request.problem])
+                if self.penalty and request.kind == "full":
+                    # a window's raw L1 stays valid next to penalised ends (design.md)
+                    f0, _, cuts = request.args
+                    result = penalise_sweep(self.leaves, self.penalty, request.problem, f0,
+                                            cuts, *result)
+                request = steps.send(result)
         except StopIteration:
             pass
 
@@ -163,6 +171,13 @@ class Depth2Search:
         # left) and u(f0) (everything left): a side is empty or the best stump of all.
         everything = self.stump_all[problem]
         nothing = np.zeros_like(everything)
+        if self.penalty:  # penalised sides; the prefix carries the root's penalty
+            leaf_all = np.array([all_leaf_loss(pr) for pr in search.problems])[problem]
+            everything = np.minimum(leaf_all[:, None], everything + self.penalty)
+            ends = np.stack([nothing + self.penalty, everything, everything + self.penalty,
+                             nothing], axis=1)
+        else:
+            ends = np.stack([nothing, everything, everything, nothing], axis=1)
         frontier = Frontier(
             problem=problem,
             root=np.tile(np.arange(p), n_problems),
@@ -170,7 +185,7 @@ class Depth2Search:
             hi=self.n_thresholds.reshape(-1) - 1,
             left_features=np.ones((n_problems * p, p), dtype=bool),
             right_features=np.ones((n_problems * p, p), dtype=bool),
-            ends=np.stack([nothing, everything, everything, nothing], axis=1),
+            ends=ends,
             lower_bound=np.zeros(n_problems * p),  # losses are never negative
         )
         frontier = frontier.take(frontier.lo <= frontier.hi)  # a constant feature: no cut
@@ -198,6 +213,9 @@ class Depth2Search:
         """
         problems, p = self.search.problems, self.p
         n_problems = len(problems)
+        if self.penalty:  # the root may stay a leaf
+            for q, pr in enumerate(problems):
+                self.incumbents.offer(q, all_leaf_loss(pr), LEAF_SPEC)
         if self.stumps is not None:  # computed by the reweighting pass
             losses, positions = self.stumps
         elif n_problems > 1 and all(pr.perm is problems[0].perm for pr in problems):

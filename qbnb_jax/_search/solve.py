@@ -23,6 +23,7 @@ from qbnb_jax._problem.tree import Tree
 from qbnb_jax._search.appendix import AppendixSearch
 from qbnb_jax._search.deep import DeepSearch
 from qbnb_jax._search.depth2 import solve_depth2
+from qbnb_jax._search.penalty import search_penalty
 from qbnb_jax._search.search import Search
 from qbnb_jax._search.state import SearchOptions
 
@@ -47,6 +48,9 @@ class SolveResult:
     - `status`: `"optimal"` or `"time_limit"`.
     - `stats`: iterations, frontier size per iteration, compile and solve seconds, ...
     - `classes`: the original labels (classification), in `tree.value` column order.
+    - `penalized_objective`: what was minimised, `objective + ccp_alpha * W * splits`
+      (W the total sample weight); `lower_bound` and `gap` refer to it.
+      The number of leaves is `tree.n_leaves`.
 
     `predict(X)` gives the tree's predictions as labels (classification) or target
     means; `tree.predict(X)` gives class codes, indices into `classes`.
@@ -62,6 +66,9 @@ class SolveResult:
     depth: int
     classes: np.ndarray | None
     n_features: int
+    # what was minimised: `objective` plus the split penalty (`ccp_alpha`); equal to
+    # `objective` without one
+    penalized_objective: float | None = None
 
     def predict(self, X) -> np.ndarray:
         """Predicted class labels `(n,)` (classification) or target means `(n, m)`."""
@@ -103,6 +110,15 @@ def _check_options(depth, bound, s, time_limit, route="recursion"):
         raise ValueError(f"time_limit must be a positive number of seconds; got {time_limit!r}.")
 
 
+def _check_penalty(ccp_alpha, route) -> None:
+    if isinstance(ccp_alpha, bool) or not isinstance(ccp_alpha, (int, float, np.number)) or not (
+        np.isfinite(ccp_alpha) and ccp_alpha >= 0
+    ):
+        raise ValueError(f"ccp_alpha must be a finite number >= 0; got {ccp_alpha!r}.")
+    if ccp_alpha and route != "recursion":
+        raise ValueError(f"ccp_alpha > 0 needs route='recursion'; got route={route!r}.")
+
+
 def solve(
     X,
     y,
@@ -116,6 +132,7 @@ def solve(
     progress: Callable[[dict], None] | None = None,
     initial_capacity: int | None = None,
     route: str = "recursion",
+    ccp_alpha: float = 0.0,
 ) -> SolveResult:
     """Find a provably optimal decision tree of the given depth.
 
@@ -142,6 +159,11 @@ def solve(
       split with exact depth-2 sides, `_search/deep.py`) or `"appendix"` (the paper's
       appendix algorithm over tuples of depth-2 tuples, `_search/appendix.py`; depth 3 and
       bound `"w0"` only). Both are exact; docs/benchmarks.md compares their times.
+    - `ccp_alpha`: a penalty per split (>= 0, scikit-learn's name and units): the solve
+      then minimises `loss / W + ccp_alpha * splits` over trees of depth at most `depth`,
+      W the total sample weight, so nodes may stay leaves above the last level
+      (`route="recursion"` only). `objective` stays the loss; `penalized_objective`,
+      `lower_bound` and `gap` are then in loss units too, `loss + ccp_alpha * W * splits`.
 
     **Returns:** a `SolveResult`.
 
@@ -156,10 +178,12 @@ def solve(
         not isinstance(initial_capacity, (int, np.integer)) or initial_capacity < 1
     ):
         raise ValueError(f"initial_capacity must be a positive integer; got {initial_capacity!r}.")
+    _check_penalty(ccp_alpha, route)
     enable_persistent_cache()
-    options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress,
-                                 capacity=initial_capacity)
     problem = make_problem(X, y, task=task, sample_weight=sample_weight)
+    options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress,
+                                 capacity=initial_capacity,
+                                 penalty=search_penalty(problem, ccp_alpha))
     with jax.enable_x64(True):
         if depth <= 2:
             search = Search([problem], options)
@@ -189,8 +213,10 @@ def _make_result(search: Search, depth: int, q: int = 0,
     else:
         tree, objective = built
     status = search.stats.status(q)
+    n_splits = tree.n_nodes - tree.n_leaves
+    penalized = objective + problem.true_loss(search.options.penalty) * n_splits
     # losses are never negative
-    lower = max(0.0, min(problem.true_loss(search.incumbents.lower_bound[q]), objective))
+    lower = max(0.0, min(problem.true_loss(search.incumbents.lower_bound[q]), penalized))
     if status == "optimal" and search.incumbents.exact[q]:
         lower = objective
     frontier_sizes = search.stats.frontier_sizes[q]
@@ -212,11 +238,12 @@ def _make_result(search: Search, depth: int, q: int = 0,
         tree=tree,
         objective=objective,
         lower_bound=float(lower),
-        gap=float(max(0.0, objective - lower)),
+        gap=float(max(0.0, penalized - lower)),
         status=status,
         stats=stats,
         task=problem.task,
         depth=depth,
         classes=problem.classes,
         n_features=problem.p,
+        penalized_objective=float(penalized),
     )

@@ -1,0 +1,77 @@
+"""The split penalty (`ccp_alpha`): side values that may stop at a leaf.
+
+With a penalty a per split, a child node of samples S is worth
+`V(S) = min(leaf(S), L1(S, f) + a)` when its split may use feature f: the leaf is
+folded into every child feature's loss. A depth-2 tree with a root cut is worth
+`a + V(prefix) + V(suffix)`; the root's a is carried by the prefix side, so that the
+search's sums stay the tree's value and its incumbents stay in the caller's units
+(scaled as `stats` are). docs/design.md, "Split penalty", says why every bound of the
+search stays valid.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qbnb_jax._problem.data import Problem
+from qbnb_jax._problem.host import leaf_loss_np
+
+# A split spec that sends every sample left: `build_tree` collapses it into a leaf, but
+# unlike `None` it counts as a tree found (`Incumbents.found`).
+LEAF_SPEC = (0, np.inf, None, None)
+
+
+def search_penalty(problem: Problem, ccp_alpha: float) -> float:
+    """`ccp_alpha` (per split, in units of the loss divided by the total weight) in the
+    units of the problem's `stats`."""
+    return float(np.ldexp(ccp_alpha * float(problem.weight.sum()), problem.loss_exponent))
+
+
+def all_leaf_loss(problem: Problem) -> float:
+    """Leaf loss of all samples, in the units of `stats`."""
+    return float(leaf_loss_np(problem.stats.sum(axis=0), problem.loss_kind))
+
+
+class SideLeaves:
+    """Leaf losses of every prefix and suffix of each feature's order, per problem,
+    computed on first use."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        self._tables: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def table(self, q: int, f0: int) -> tuple[np.ndarray, np.ndarray]:
+        """`(prefix, suffix)`, each `(n + 1,)`: leaf loss of the samples before (from)
+        sorted position k of f0."""
+        key = (q, f0)
+        if key not in self._tables:
+            pr = self.problems[q]
+            cum = np.zeros((pr.n + 1, pr.n_channels))
+            np.cumsum(pr.stats[pr.perm[f0]].astype(np.float64), axis=0, out=cum[1:])
+            self._tables[key] = (leaf_loss_np(cum, pr.loss_kind),
+                                 leaf_loss_np(cum[-1:] - cum, pr.loss_kind))
+        return self._tables[key]
+
+    def at(self, q: np.ndarray, f0: np.ndarray, pos: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+        """Leaf losses of the prefix and suffix at positions `pos (rows, cuts)` of rows
+        `(q, f0)`."""
+        pre = np.empty(pos.shape)
+        suf = np.empty(pos.shape)
+        pairs = np.unique(np.stack([q, f0], axis=1), axis=0)
+        for qq, ff in pairs:
+            rows = (q == qq) & (f0 == ff)
+            prefix, suffix = self.table(int(qq), int(ff))
+            pre[rows] = prefix[pos[rows]]
+            suf[rows] = suffix[pos[rows]]
+        return pre, suf
+
+
+def penalise_sweep(leaves: SideLeaves, penalty: float, q: np.ndarray, f0: np.ndarray,
+                   pos: np.ndarray, pre: np.ndarray, suf: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """A full sweep's `L1` values as penalised side values: the prefix carries the
+    root's penalty (see the module docstring)."""
+    leaf_pre, leaf_suf = leaves.at(q, f0, pos)
+    return (np.minimum(leaf_pre, pre + penalty) + penalty,
+            np.minimum(leaf_suf, suf + penalty))
