@@ -1,0 +1,107 @@
+"""The split penalty (`ccp_alpha`) against a brute force with the same rule.
+
+`PrunedBruteForce` (tests/helpers.py) minimises `loss + penalty * splits` over trees of
+depth at most d, nodes free to stay leaves, straight from the definition.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import BruteForce, PrunedBruteForce, random_problem, seed_of
+
+import qbnb_jax
+
+ALPHAS = [0.005, 0.02, 0.05, 0.1, 0.3]
+BOUNDS = ["w0", "w1", "w2", "l2"]
+CASES = [
+    (task, k, depth, weights)
+    for task, k in [("classification", 2), ("classification", 3), ("classification", 4),
+                    ("regression", 1), ("regression", 2)]
+    for depth in (1, 2, 3)
+    for weights in ("ones", "int", "float")
+]
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-7 * max(1.0, abs(a), abs(b))
+
+
+def _check(problem, task, depth, alpha, bound="w0", s=3):
+    W = float(problem.w.sum())
+    oracle = PrunedBruteForce(problem.X, problem.y, problem.w, task, penalty=alpha * W)
+    expected = oracle.pruned(depth)
+    result = qbnb_jax.solve(problem.X, problem.y, task=task, depth=depth,
+                            sample_weight=problem.w, ccp_alpha=alpha, bound=bound, s=s)
+    tree = result.tree
+    splits = tree.n_nodes - tree.n_leaves
+    assert result.status == "optimal"
+    assert tree.max_depth <= depth
+    assert _close(result.penalized_objective, expected), (result, expected)
+    assert _close(result.penalized_objective, result.objective + alpha * W * splits)
+    assert result.lower_bound <= result.penalized_objective + 1e-12
+    assert result.gap <= 1e-7 * max(1.0, expected)
+    return result
+
+
+@pytest.mark.parametrize("task,k,depth,weights", CASES)
+def test_matches_pruned_brute_force(task, k, depth, weights):
+    rng = np.random.default_rng(seed_of("penalty", task, k, depth, weights))
+    for draw in range(3 if depth < 3 else 2):
+        n = int(rng.integers(6, 13 if depth == 3 else 22))
+        problem = random_problem(rng, task, n, int(rng.integers(1, 4)), k=k, weights=weights)
+        if problem.w.sum() == 0:
+            continue
+        alpha = float(rng.choice(ALPHAS))
+        bound = BOUNDS[(draw + depth) % len(BOUNDS)]
+        _check(problem, task, depth, alpha, bound=bound, s=int(rng.integers(2, 5)))
+
+
+def test_penalty_stops_early():
+    """A leaf that gains nothing from a split stays a leaf, above the last level too."""
+    X = np.array([[0.0], [1.0], [2.0], [3.0], [4.0], [5.0], [6.0], [7.0]])
+    y = np.array([0, 0, 0, 0, 1, 1, 1, 0])  # one split on the left side gains nothing
+    unpenalised = qbnb_jax.solve(X, y, task="classification", depth=2)
+    assert unpenalised.objective == 0
+    result = qbnb_jax.solve(X, y, task="classification", depth=2, ccp_alpha=0.1)
+    # the stump (loss 1, 0.8 for its split) loses to the right child's split (0.8 more)
+    assert result.tree.n_leaves == 3
+    assert result.objective == 0
+    assert _close(result.penalized_objective, 2 * 0.1 * 8)
+    big = qbnb_jax.solve(X, y, task="classification", depth=2, ccp_alpha=1.0)
+    assert big.tree.n_leaves == 1 and big.objective == 3
+
+
+def test_larger_problem_prunes_and_matches():
+    """More samples, so the W1/W2 windows and slack shrinking run on real pieces."""
+    rng = np.random.default_rng(7)
+    for task, k in [("classification", 3), ("regression", 1)]:
+        problem = random_problem(rng, task, 60, 3, k=k, weights="float")
+        for bound in BOUNDS:
+            _check(problem, task, 2, 0.02, bound=bound)
+
+
+@pytest.mark.parametrize("task,k", [("classification", 3), ("regression", 2)])
+def test_zero_penalty_is_the_perfect_tree_problem(task, k):
+    rng = np.random.default_rng(seed_of("penalty zero", task))
+    problem = random_problem(rng, task, 14, 2, k=k, weights="int")
+    oracle = PrunedBruteForce(problem.X, problem.y, problem.w, task)
+    perfect = BruteForce(problem.X, problem.y, problem.w, task)
+    for depth in (1, 2, 3):
+        assert _close(oracle.pruned(depth), perfect.best(depth))
+        result = qbnb_jax.solve(problem.X, problem.y, task=task, depth=depth,
+                                sample_weight=problem.w, ccp_alpha=0.0)
+        assert result.penalized_objective == result.objective
+
+
+@pytest.mark.parametrize("alpha", [-0.1, np.nan, np.inf, "0.1", True, None])
+def test_bad_ccp_alpha(alpha):
+    X, y = np.arange(6.0)[:, None], np.array([0, 1, 0, 1, 1, 0])
+    with pytest.raises(ValueError, match="ccp_alpha"):
+        qbnb_jax.solve(X, y, task="classification", ccp_alpha=alpha)
+
+
+def test_appendix_route_refuses_a_penalty():
+    X, y = np.arange(6.0)[:, None], np.array([0, 1, 0, 1, 1, 0])
+    with pytest.raises(ValueError, match="ccp_alpha"):
+        qbnb_jax.solve(X, y, task="classification", depth=3, route="appendix", ccp_alpha=0.1)
