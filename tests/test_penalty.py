@@ -105,3 +105,56 @@ def test_appendix_route_refuses_a_penalty():
     X, y = np.arange(6.0)[:, None], np.array([0, 1, 0, 1, 1, 0])
     with pytest.raises(ValueError, match="ccp_alpha"):
         qbnb_jax.solve(X, y, task="classification", depth=3, route="appendix", ccp_alpha=0.1)
+
+
+LEAF_CASES = [
+    (task, k, depth, leaves, weights)
+    for task, k in [("classification", 2), ("classification", 4), ("regression", 1),
+                    ("regression", 2)]
+    for depth, leaves in [(1, 2), (2, 2), (2, 3), (2, 4), (3, 2), (3, 8)]
+    for weights in ("int", "float")
+]
+
+
+@pytest.mark.parametrize("task,k,depth,leaves,weights", LEAF_CASES)
+def test_max_leaf_nodes_matches_brute_force(task, k, depth, leaves, weights):
+    rng = np.random.default_rng(seed_of("leaves", task, k, depth, leaves, weights))
+    for draw in range(3 if depth < 3 else 1):
+        n = int(rng.integers(6, 12 if depth == 3 else 22))
+        problem = random_problem(rng, task, n, int(rng.integers(1, 4)), k=k, weights=weights)
+        if problem.w.sum() == 0:
+            continue
+        alpha = float(rng.choice([0.0, 0.0, 0.01, 0.05]))
+        oracle = PrunedBruteForce(problem.X, problem.y, problem.w, task,
+                                  penalty=alpha * problem.w.sum())
+        expected = oracle.pruned(depth, leaves)
+        result = qbnb_jax.solve(problem.X, problem.y, task=task, depth=depth,
+                                sample_weight=problem.w, ccp_alpha=alpha,
+                                max_leaf_nodes=leaves, bound=BOUNDS[draw % len(BOUNDS)])
+        assert result.status == "optimal"
+        assert result.tree.n_leaves <= leaves
+        assert _close(result.penalized_objective, expected), (result, expected)
+        assert result.lower_bound <= result.penalized_objective + 1e-12
+
+
+def test_three_leaves_beat_a_stump_and_lose_to_four():
+    X = np.arange(8.0)[:, None]
+    y = np.array([0, 0, 1, 1, 1, 0, 0, 1])  # runs 00 111 00 1
+    three = qbnb_jax.solve(X, y, task="classification", depth=2, max_leaf_nodes=3)
+    assert three.tree.n_leaves == 3
+    assert qbnb_jax.solve(X, y, task="classification", depth=1).objective == 2
+    assert three.objective == 1
+    assert qbnb_jax.solve(X, y, task="classification", depth=2).objective == 0
+
+
+@pytest.mark.parametrize("leaves", [1, 0, 2.0, "3", True])
+def test_bad_max_leaf_nodes(leaves):
+    X, y = np.arange(6.0)[:, None], np.array([0, 1, 0, 1, 1, 0])
+    with pytest.raises(ValueError, match="max_leaf_nodes"):
+        qbnb_jax.solve(X, y, task="classification", max_leaf_nodes=leaves)
+
+
+def test_unsupported_leaf_budget_is_refused():
+    X, y = np.arange(6.0)[:, None], np.array([0, 1, 0, 1, 1, 0])
+    with pytest.raises(ValueError, match="max_leaf_nodes=5 with depth=3"):
+        qbnb_jax.solve(X, y, task="classification", depth=3, max_leaf_nodes=5)

@@ -34,7 +34,13 @@ from qbnb_jax._problem.data import ThresholdTables
 from qbnb_jax._problem.host import stump_losses, stumps_of_all_shared
 from qbnb_jax._search.frontier import CutLosses, Frontier, PieceBounds, PieceFeatures, Pieces
 from qbnb_jax._search.pair_bounds import PairInputs, pair_bounds
-from qbnb_jax._search.penalty import LEAF_SPEC, SideLeaves, all_leaf_loss, penalise_sweep
+from qbnb_jax._search.penalty import (
+    LEAF_SPEC,
+    SideLeaves,
+    all_leaf_loss,
+    penalise_sweep,
+    side_values,
+)
 from qbnb_jax._search.search import Search
 from qbnb_jax._search.state import Incumbents
 
@@ -139,7 +145,9 @@ class Depth2Search:
             self.stumps = tables.stump_loss, tables.stump_position
         self.n_samples = np.array([pr.n for pr in problems])
         self.penalty = self.options.penalty
-        self.leaves = SideLeaves(problems) if self.penalty else None
+        self.leaf_sides = search.leaf_sides
+        self.pruned = bool(self.penalty) or self.leaf_sides is not None  # nodes may stay leaves
+        self.leaves = SideLeaves(problems) if self.pruned else None
 
     # -- driver -------------------------------------------------------------------------
     def run(self) -> None:
@@ -151,11 +159,11 @@ class Depth2Search:
             while True:
                 sweep = getattr(runner, request.kind)
                 result = sweep(*request.args, problem=self.runner_rows[request.problem])
-                if self.penalty and request.kind == "full":
+                if self.pruned and request.kind == "full":
                     # a window's raw L1 stays valid next to penalised ends (design.md)
                     f0, _, cuts = request.args
-                    result = penalise_sweep(self.leaves, self.penalty, request.problem, f0,
-                                            cuts, *result)
+                    result = penalise_sweep(self.leaves, self.penalty, self.leaf_sides,
+                                            request.problem, f0, cuts, *result)
                 request = steps.send(result)
         except StopIteration:
             pass
@@ -171,11 +179,11 @@ class Depth2Search:
         # left) and u(f0) (everything left): a side is empty or the best stump of all.
         everything = self.stump_all[problem]
         nothing = np.zeros_like(everything)
-        if self.penalty:  # penalised sides; the prefix carries the root's penalty
-            leaf_all = np.array([all_leaf_loss(pr) for pr in search.problems])[problem]
-            everything = np.minimum(leaf_all[:, None], everything + self.penalty)
-            ends = np.stack([nothing + self.penalty, everything, everything + self.penalty,
-                             nothing], axis=1)
+        if self.pruned:  # penalised sides; the prefix carries the root's penalty
+            leaf_all = np.array([all_leaf_loss(pr) for pr in search.problems])
+            left, right = side_values(leaf_all, self.stump_all, self.penalty, self.leaf_sides)
+            ends = np.stack([nothing + self.penalty, right[problem],
+                             left[problem] + self.penalty, nothing], axis=1)
         else:
             ends = np.stack([nothing, everything, everything, nothing], axis=1)
         frontier = Frontier(
@@ -213,7 +221,7 @@ class Depth2Search:
         """
         problems, p = self.search.problems, self.p
         n_problems = len(problems)
-        if self.penalty:  # the root may stay a leaf
+        if self.pruned:  # the root may stay a leaf
             for q, pr in enumerate(problems):
                 self.incumbents.offer(q, all_leaf_loss(pr), LEAF_SPEC)
         if self.stumps is not None:  # computed by the reweighting pass

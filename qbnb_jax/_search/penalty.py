@@ -67,11 +67,27 @@ class SideLeaves:
         return pre, suf
 
 
-def penalise_sweep(leaves: SideLeaves, penalty: float, q: np.ndarray, f0: np.ndarray,
-                   pos: np.ndarray, pre: np.ndarray, suf: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def penalise_sweep(leaves: SideLeaves, penalty: float, leaf_sides: np.ndarray | None,
+                   q: np.ndarray, f0: np.ndarray, pos: np.ndarray, pre: np.ndarray,
+                   suf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A full sweep's `L1` values as penalised side values: the prefix carries the
-    root's penalty (see the module docstring)."""
+    root's penalty (see the module docstring). `leaf_sides[q]`: problem q's left /
+    right child must stay a leaf (`max_leaf_nodes`); None: neither."""
     leaf_pre, leaf_suf = leaves.at(q, f0, pos)
-    return (np.minimum(leaf_pre, pre + penalty) + penalty,
-            np.minimum(leaf_suf, suf + penalty))
+    pre = np.minimum(leaf_pre, pre + penalty)
+    suf = np.minimum(leaf_suf, suf + penalty)
+    if leaf_sides is not None:
+        pre = np.where(leaf_sides[q, 0][:, None], leaf_pre, pre)
+        suf = np.where(leaf_sides[q, 1][:, None], leaf_suf, suf)
+    return pre + penalty, suf
+
+
+def side_values(leaf_all: np.ndarray, stumps: np.ndarray, penalty: float,
+                leaf_sides: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """`(left, right)` penalised values `(problems, p)` of a child holding every sample:
+    `min(leaf, stump + penalty)`, or the leaf where `leaf_sides` says so."""
+    value = np.minimum(leaf_all[:, None], stumps + penalty)
+    if leaf_sides is None:
+        return value, value
+    return (np.where(leaf_sides[:, :1], leaf_all[:, None], value),
+            np.where(leaf_sides[:, 1:], leaf_all[:, None], value))

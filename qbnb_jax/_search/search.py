@@ -35,6 +35,9 @@ class Search:
         self.incumbents = Incumbents(self.problems, cutoff)
         if options.penalty:  # penalised values are floats: the tolerance rule applies
             self.incumbents.exact[:] = False
+        # (n_problems, 2) bool or None: depth 2 keeps the left / right child a leaf
+        # (`max_leaf_nodes`, `_search/penalty.py`)
+        self.leaf_sides: np.ndarray | None = None
         self.stats = SearchStats(len(self.problems))
 
     @property
@@ -82,8 +85,9 @@ class Search:
         """
         spec = self.incumbents.depth2_spec[q]
         if self.incumbents.splits[q] is None and spec[0] >= 0:
+            leaves = (False, False) if self.leaf_sides is None else tuple(self.leaf_sides[q])
             return functools.partial(depth2_splits, self.problems[q], *(int(v) for v in spec),
-                                     penalty=self.options.penalty)
+                                     penalty=self.options.penalty, leaf_sides=leaves)
         return self.incumbents.splits[q]
 
     def outcome(self, q: int = 0) -> tuple[float, float, object]:
@@ -181,15 +185,18 @@ def stump_splits(problem: Problem, mask: np.ndarray, feature: int | None = None,
 
 
 def depth2_splits(problem: Problem, f0: int, t: int, f1: int, f2: int,
-                  mask: np.ndarray | None = None, penalty: float = 0.0):
+                  mask: np.ndarray | None = None, penalty: float = 0.0,
+                  leaf_sides: tuple[bool, bool] = (False, False)):
     """Spec of the root cut t of f0 with the best stumps on f1 (left), f2 (right).
 
     `mask`: the samples the tree is for (default all). `penalty`: per split; a child
-    stays a leaf where its stump does not gain more.
+    stays a leaf where its stump does not gain more, and where `leaf_sides` says so.
     """
     k = int(problem.cut_pos[f0, t])
     left = problem.rank[f0] < k
     inside = np.ones(problem.n, dtype=bool) if mask is None else mask
     _, left_spec = stump_splits(problem, inside & left, f1, penalty)
     _, right_spec = stump_splits(problem, inside & ~left, f2, penalty)
+    left_spec = None if leaf_sides[0] else left_spec
+    right_spec = None if leaf_sides[1] else right_spec
     return (f0, position_threshold(problem, f0, k), left_spec, right_spec)

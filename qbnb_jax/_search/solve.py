@@ -119,6 +119,27 @@ def _check_penalty(ccp_alpha, route) -> None:
         raise ValueError(f"ccp_alpha > 0 needs route='recursion'; got route={route!r}.")
 
 
+def _leaf_budget(max_leaf_nodes, depth: int) -> tuple[int, np.ndarray | None]:
+    """`(depth to search, leaf_sides)` for a leaf budget: 2 leaves are a depth-1 tree;
+    3 at depth 2 keep one child a leaf (each side in turn, `Search.leaf_sides`)."""
+    if max_leaf_nodes is None:
+        return depth, None
+    if (isinstance(max_leaf_nodes, bool) or not isinstance(max_leaf_nodes, (int, np.integer))
+            or max_leaf_nodes < 2):
+        raise ValueError(f"max_leaf_nodes must be None or an integer >= 2; got "
+                         f"{max_leaf_nodes!r}.")
+    if max_leaf_nodes >= 2**depth:
+        return depth, None
+    if max_leaf_nodes == 2:
+        return 1, None
+    if depth == 2:
+        return 2, np.array([[False, True], [True, False]])
+    raise ValueError(
+        f"max_leaf_nodes={max_leaf_nodes} with depth={depth} is not supported: choose "
+        f"max_leaf_nodes 2 or at least {2**depth} (no limit) at this depth, or depth 2."
+    )
+
+
 def solve(
     X,
     y,
@@ -133,6 +154,7 @@ def solve(
     initial_capacity: int | None = None,
     route: str = "recursion",
     ccp_alpha: float = 0.0,
+    max_leaf_nodes: int | None = None,
 ) -> SolveResult:
     """Find a provably optimal decision tree of the given depth.
 
@@ -164,6 +186,10 @@ def solve(
       W the total sample weight, so nodes may stay leaves above the last level
       (`route="recursion"` only). `objective` stays the loss; `penalized_objective`,
       `lower_bound` and `gap` are then in loss units too, `loss + ccp_alpha * W * splits`.
+    - `max_leaf_nodes`: at most this many leaves (an integer >= 2, or None: no limit).
+      Solved exactly: 2 is the depth-1 problem, 3 at depth 2 a root split with one
+      child split; at depth 3 and deeper only 2 or at least 2**depth are supported
+      (anything between raises a ValueError). With `ccp_alpha`, both apply.
 
     **Returns:** a `SolveResult`.
 
@@ -179,12 +205,24 @@ def solve(
     ):
         raise ValueError(f"initial_capacity must be a positive integer; got {initial_capacity!r}.")
     _check_penalty(ccp_alpha, route)
+    depth, leaf_sides = _leaf_budget(max_leaf_nodes, depth)
     enable_persistent_cache()
     problem = make_problem(X, y, task=task, sample_weight=sample_weight)
     options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress,
                                  capacity=initial_capacity,
                                  penalty=search_penalty(problem, ccp_alpha))
     with jax.enable_x64(True):
+        if leaf_sides is not None:
+            # one frontier, two problems: the same one with either child kept a leaf
+            search = Search([problem] * 2, options)
+            search.leaf_sides = leaf_sides
+            solve_depth2(search, runner_rows=np.zeros(2, dtype=np.int64))
+            best = int(np.argmin(search.incumbents.value))
+            # the optimum is the better of the two: so is its bound, and it is proved
+            # only when both are
+            search.incumbents.lower_bound[best] = search.incumbents.lower_bound.min()
+            search.stats.timed_out[best] = search.stats.timed_out.any()
+            return _make_result(search, 2, best)
         if depth <= 2:
             search = Search([problem], options)
             search.solve_depth1() if depth == 1 else solve_depth2(search)
