@@ -33,6 +33,15 @@ def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
 
 
+@parametrize_with_checks(
+    [OptimalTreeClassifier(ccp_alpha=0.01, max_leaf_nodes=3),
+     OptimalTreeRegressor(ccp_alpha=0.01, max_leaf_nodes=3)],
+    expected_failed_checks=_expected_failed_checks,
+)
+def test_sklearn_compatible_pruned_estimator(estimator, check):
+    check(estimator)
+
+
 @pytest.fixture(scope="module")
 def iris():
     X, y = load_iris(return_X_y=True)

@@ -158,3 +158,28 @@ def test_unsupported_leaf_budget_is_refused():
     X, y = np.arange(6.0)[:, None], np.array([0, 1, 0, 1, 1, 0])
     with pytest.raises(ValueError, match="max_leaf_nodes=5 with depth=3"):
         qbnb_jax.solve(X, y, task="classification", depth=3, max_leaf_nodes=5)
+
+
+def test_estimators_pass_the_pruning_options():
+    from qbnb_jax import OptimalTreeClassifier, OptimalTreeRegressor
+
+    rng = np.random.default_rng(3)
+    for est, task, k in [(OptimalTreeClassifier, "classification", 3),
+                         (OptimalTreeRegressor, "regression", 1)]:
+        problem = random_problem(rng, task, 20, 2, k=k, weights="float")
+        model = est(max_depth=2, ccp_alpha=0.02, max_leaf_nodes=3).fit(
+            problem.X, problem.y, sample_weight=problem.w)
+        expected = PrunedBruteForce(problem.X, problem.y, problem.w, task,
+                                    penalty=0.02 * problem.w.sum()).pruned(2, 3)
+        assert model.get_n_leaves() <= 3
+        assert _close(model.penalized_objective_, expected)
+        assert model.lower_bound_ <= model.penalized_objective_ + 1e-12
+
+
+@pytest.mark.parametrize("name,value", [("ccp_alpha", -1.0), ("ccp_alpha", np.inf),
+                                        ("max_leaf_nodes", 1), ("max_leaf_nodes", 2.5)])
+def test_estimator_refuses_bad_pruning_options(name, value):
+    from qbnb_jax import OptimalTreeClassifier
+
+    with pytest.raises(ValueError, match=name):
+        OptimalTreeClassifier(**{name: value}).fit(np.arange(6.0)[:, None], [0, 1] * 3)

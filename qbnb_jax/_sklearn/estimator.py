@@ -51,6 +51,10 @@ _PARAMETER_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a bool or an int in the range [0, inf)",
     ),
     "s": (lambda v: _is_int(v) and v >= 2, "an int in the range [2, inf)"),
+    "ccp_alpha": (lambda v: _is_real(v) and math.isfinite(v) and v >= 0,
+                  "a float in the range [0, inf)"),
+    "max_leaf_nodes": (lambda v: v is None or (_is_int(v) and v >= 2),
+                       "None or an int in the range [2, inf)"),
 }
 
 
@@ -166,12 +170,16 @@ class _BaseOptimalTree(BaseEstimator):
         time_limit: float | None = None,
         verbose: bool | int = False,
         s: int = 3,
+        ccp_alpha: float = 0.0,
+        max_leaf_nodes: int | None = None,
     ) -> None:
         self.max_depth = max_depth
         self.bound = bound
         self.time_limit = time_limit
         self.verbose = verbose
         self.s = s
+        self.ccp_alpha = ccp_alpha
+        self.max_leaf_nodes = max_leaf_nodes
 
     # -- validation -------------------------------------------------------------
 
@@ -241,6 +249,7 @@ class _BaseOptimalTree(BaseEstimator):
             s=self.s,
             time_limit=_solver_time_limit(self.time_limit),
             progress=progress,
+            **self._pruning_options(),
         )
         self._adopt(result, label_attrs)
         self._node_impurity = self._impurity_of_nodes(Xc, yc, wc)
@@ -255,6 +264,15 @@ class _BaseOptimalTree(BaseEstimator):
             )
         return self
 
+    def _pruning_options(self) -> dict[str, Any]:
+        """`ccp_alpha` and `max_leaf_nodes` for `solve`, left out at their defaults."""
+        options: dict[str, Any] = {}
+        if self.ccp_alpha:
+            options["ccp_alpha"] = float(self.ccp_alpha)
+        if self.max_leaf_nodes is not None:
+            options["max_leaf_nodes"] = int(self.max_leaf_nodes)
+        return options
+
     def _adopt(self, result: Any, label_attrs: dict[str, Any]) -> None:
         """Take the fitted attributes from a `SolveResult` of this estimator's task
         (`fit`, and the members of a bagged ensemble)."""
@@ -265,6 +283,8 @@ class _BaseOptimalTree(BaseEstimator):
             setattr(self, name, value)
         self.tree_ = tree
         self.objective_ = float(result.objective)
+        penalized = getattr(result, "penalized_objective", None)
+        self.penalized_objective_ = float(result.objective if penalized is None else penalized)
         self.lower_bound_ = float(result.lower_bound)
         self.gap_ = float(result.gap)
         self.status_ = str(result.status)
@@ -436,6 +456,14 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         trees do: ``{label: weight}``, or "balanced" for
         ``n_samples / (n_classes * count of the label)``. The tree is optimal for the
         weighted misclassification.
+    ccp_alpha : float, default=0.0
+        Penalty per split, in scikit-learn's units: the tree minimises the training
+        loss divided by the total sample weight plus ``ccp_alpha`` times its number of
+        splits, over trees of depth at most `max_depth` (nodes may stay leaves). 0
+        gives the perfect-tree problem. Exact, like the unpenalised solve.
+    max_leaf_nodes : int or None, default=None
+        At most this many leaves (None: no limit). Exact for 2 leaves at any depth and
+        3 at ``max_depth=2``; other limits below ``2 ** max_depth`` raise a ValueError.
 
     Attributes
     ----------
@@ -458,6 +486,10 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
     lower_bound_ : float
         Proved lower bound on the loss of any tree of depth `max_depth`; equals
         `objective_` when `status_` is ``"optimal"``.
+    penalized_objective_ : float
+        What was minimised: `objective_` plus ``ccp_alpha`` times the total sample
+        weight per split (`objective_` when ``ccp_alpha=0``); `lower_bound_` and `gap_`
+        refer to it.
     gap_ : float
         The optimality gap reported by the solver (0 when optimal).
     status_ : str
@@ -513,9 +545,12 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         verbose: bool | int = False,
         s: int = 3,
         class_weight: dict | str | None = None,
+        ccp_alpha: float = 0.0,
+        max_leaf_nodes: int | None = None,
     ) -> None:
         super().__init__(max_depth=max_depth, bound=bound, time_limit=time_limit,
-                         verbose=verbose, s=s)
+                         verbose=verbose, s=s, ccp_alpha=ccp_alpha,
+                         max_leaf_nodes=max_leaf_nodes)
         self.class_weight = class_weight
 
     def __sklearn_tags__(self):
@@ -642,6 +677,14 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
     s : int, default=3
         How finely each root interval is cut per iteration (about s quantile
         pieces; see `qbnb_jax.solve`).
+    ccp_alpha : float, default=0.0
+        Penalty per split, in scikit-learn's units: the tree minimises the training
+        loss divided by the total sample weight plus ``ccp_alpha`` times its number of
+        splits, over trees of depth at most `max_depth` (nodes may stay leaves). 0
+        gives the perfect-tree problem. Exact, like the unpenalised solve.
+    max_leaf_nodes : int or None, default=None
+        At most this many leaves (None: no limit). Exact for 2 leaves at any depth and
+        3 at ``max_depth=2``; other limits below ``2 ** max_depth`` raise a ValueError.
 
     Attributes
     ----------
@@ -659,6 +702,10 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
         Training loss of `tree_`: the weighted sum of squared errors.
     lower_bound_ : float
         Proved lower bound on the loss of any tree of depth `max_depth`.
+    penalized_objective_ : float
+        What was minimised: `objective_` plus ``ccp_alpha`` times the total sample
+        weight per split (`objective_` when ``ccp_alpha=0``); `lower_bound_` and `gap_`
+        refer to it.
     gap_ : float
         The optimality gap reported by the solver (0 when optimal).
     status_ : str
