@@ -33,38 +33,32 @@ def all_leaf_loss(problem: Problem) -> float:
 
 
 class SideLeaves:
-    """Leaf losses of every prefix and suffix of each feature's order, per problem,
-    computed on first use."""
+    """Leaf losses of every prefix and suffix of each feature's order, per problem.
+
+    Tables `(problems, p, width)` like the search's threshold tables (`stack_tables`):
+    one gather per sweep, however many problems and root features it has.
+    """
 
     def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        self._tables: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-
-    def table(self, q: int, f0: int) -> tuple[np.ndarray, np.ndarray]:
-        """`(prefix, suffix)`, each `(n + 1,)`: leaf loss of the samples before (from)
-        sorted position k of f0."""
-        key = (q, f0)
-        if key not in self._tables:
-            pr = self.problems[q]
-            cum = np.zeros((pr.n + 1, pr.n_channels))
-            np.cumsum(pr.stats[pr.perm[f0]].astype(np.float64), axis=0, out=cum[1:])
-            self._tables[key] = (leaf_loss_np(cum, pr.loss_kind),
-                                 leaf_loss_np(cum[-1:] - cum, pr.loss_kind))
-        return self._tables[key]
+        width = max(pr.n for pr in problems) + 1
+        self.prefix = np.empty((len(problems), problems[0].p, width))
+        self.suffix = np.empty_like(self.prefix)
+        for q, pr in enumerate(problems):
+            for f in range(pr.p):  # one feature at a time: (n + 1, C) temporaries
+                cum = np.zeros((pr.n + 1, pr.n_channels))
+                np.cumsum(pr.stats[pr.perm[f]].astype(np.float64), axis=0, out=cum[1:])
+                self.prefix[q, f, : pr.n + 1] = leaf_loss_np(cum, pr.loss_kind)
+                self.suffix[q, f, : pr.n + 1] = leaf_loss_np(cum[-1:] - cum, pr.loss_kind)
+            # padding: positions past n are "everything left", as in the tables
+            self.prefix[q, :, pr.n + 1 :] = self.prefix[q, :, pr.n : pr.n + 1]
+            self.suffix[q, :, pr.n + 1 :] = 0.0
 
     def at(self, q: np.ndarray, f0: np.ndarray, pos: np.ndarray
            ) -> tuple[np.ndarray, np.ndarray]:
         """Leaf losses of the prefix and suffix at positions `pos (rows, cuts)` of rows
         `(q, f0)`."""
-        pre = np.empty(pos.shape)
-        suf = np.empty(pos.shape)
-        pairs = np.unique(np.stack([q, f0], axis=1), axis=0)
-        for qq, ff in pairs:
-            rows = (q == qq) & (f0 == ff)
-            prefix, suffix = self.table(int(qq), int(ff))
-            pre[rows] = prefix[pos[rows]]
-            suf[rows] = suffix[pos[rows]]
-        return pre, suf
+        q, f0 = q[:, None], f0[:, None]
+        return self.prefix[q, f0, pos], self.suffix[q, f0, pos]
 
 
 def penalise_sweep(leaves: SideLeaves, penalty: float, leaf_sides: np.ndarray | None,

@@ -42,7 +42,8 @@ class SolveResult:
     - `tree`: the best `Tree` found (optimal when `status == "optimal"`).
     - `objective`: its weighted training loss, recomputed on the host in float64
       (weighted misclassification, or weighted squared error summed over targets).
-    - `lower_bound`: a proved lower bound on the optimal objective.
+    - `lower_bound`: a proved lower bound on the optimal objective (with `ccp_alpha`:
+      on the optimal penalised objective).
     - `gap`: `objective - lower_bound` (0 for an exact classification optimum; at most
       the pruning tolerance for regression and fractional weights).
     - `status`: `"optimal"` or `"time_limit"`.
