@@ -111,7 +111,8 @@ LEAF_CASES = [
     (task, k, depth, leaves, weights)
     for task, k in [("classification", 2), ("classification", 4), ("regression", 1),
                     ("regression", 2)]
-    for depth, leaves in [(1, 2), (2, 2), (2, 3), (2, 4), (3, 2), (3, 8)]
+    for depth, leaves in [(1, 2), (2, 2), (2, 3), (2, 4), (3, 2), (3, 3), (3, 4), (3, 5),
+                          (3, 6), (3, 7), (3, 8)]
     for weights in ("int", "float")
 ]
 
@@ -156,8 +157,11 @@ def test_bad_max_leaf_nodes(leaves):
 
 def test_unsupported_leaf_budget_is_refused():
     X, y = np.arange(6.0)[:, None], np.array([0, 1, 0, 1, 1, 0])
-    with pytest.raises(ValueError, match="max_leaf_nodes=5 with depth=3"):
-        qbnb_jax.solve(X, y, task="classification", depth=3, max_leaf_nodes=5)
+    with pytest.raises(ValueError, match="max_leaf_nodes=5 with depth=4"):
+        qbnb_jax.solve(X, y, task="classification", depth=4, max_leaf_nodes=5)
+    with pytest.raises(ValueError, match="max_leaf_nodes=5 needs route='recursion'"):
+        qbnb_jax.solve(X, y, task="classification", depth=3, max_leaf_nodes=5,
+                       route="appendix")
 
 
 def test_estimators_pass_the_pruning_options():

@@ -21,6 +21,7 @@ from qbnb_jax._problem.data import make_problem
 from qbnb_jax._problem.host import build_tree, tree_objective
 from qbnb_jax._problem.tree import Tree
 from qbnb_jax._search.appendix import AppendixSearch
+from qbnb_jax._search.budget import NO_LIMIT, allocations
 from qbnb_jax._search.deep import DeepSearch
 from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.penalty import search_penalty
@@ -120,9 +121,9 @@ def _check_penalty(ccp_alpha, route) -> None:
         raise ValueError(f"ccp_alpha > 0 needs route='recursion'; got route={route!r}.")
 
 
-def _leaf_budget(max_leaf_nodes, depth: int) -> tuple[int, np.ndarray | None]:
-    """`(depth to search, leaf_sides)` for a leaf budget: 2 leaves are a depth-1 tree;
-    3 at depth 2 keep one child a leaf (each side in turn, `Search.leaf_sides`)."""
+def _leaf_budget(max_leaf_nodes, depth: int, route: str) -> tuple[int, int | None]:
+    """`(depth to search, leaf budget or None)`: 2 leaves are a depth-1 tree, at least
+    2**depth no limit; the budgets between are searched at depth 2 and 3."""
     if max_leaf_nodes is None:
         return depth, None
     if (isinstance(max_leaf_nodes, bool) or not isinstance(max_leaf_nodes, (int, np.integer))
@@ -133,12 +134,16 @@ def _leaf_budget(max_leaf_nodes, depth: int) -> tuple[int, np.ndarray | None]:
         return depth, None
     if max_leaf_nodes == 2:
         return 1, None
-    if depth == 2:
-        return 2, np.array([[False, True], [True, False]])
-    raise ValueError(
-        f"max_leaf_nodes={max_leaf_nodes} with depth={depth} is not supported: choose "
-        f"max_leaf_nodes 2 or at least {2**depth} (no limit) at this depth, or depth 2."
-    )
+    if depth > 3:
+        raise ValueError(
+            f"max_leaf_nodes={max_leaf_nodes} with depth={depth} is not supported: choose "
+            f"max_leaf_nodes 2 or at least {2**depth} (no limit) at this depth, or depth "
+            f"2 or 3."
+        )
+    if route != "recursion":
+        raise ValueError(f"max_leaf_nodes={max_leaf_nodes} needs route='recursion'; got "
+                         f"route={route!r}.")
+    return depth, int(max_leaf_nodes)
 
 
 def solve(
@@ -188,9 +193,9 @@ def solve(
       (`route="recursion"` only). `objective` stays the loss; `penalized_objective`,
       `lower_bound` and `gap` are then in loss units too, `loss + ccp_alpha * W * splits`.
     - `max_leaf_nodes`: at most this many leaves (an integer >= 2, or None: no limit).
-      Solved exactly: 2 is the depth-1 problem, 3 at depth 2 a root split with one
-      child split; at depth 3 and deeper only 2 or at least 2**depth are supported
-      (anything between raises a ValueError). With `ccp_alpha`, both apply.
+      Solved exactly at depths 1 to 3 (`route="recursion"`); at depth 4 and deeper only
+      2 (the depth-1 problem) or at least 2**depth (no limit) are supported, anything
+      between raises a ValueError. With `ccp_alpha`, both apply.
 
     **Returns:** a `SolveResult`.
 
@@ -206,17 +211,19 @@ def solve(
     ):
         raise ValueError(f"initial_capacity must be a positive integer; got {initial_capacity!r}.")
     _check_penalty(ccp_alpha, route)
-    depth, leaf_sides = _leaf_budget(max_leaf_nodes, depth)
+    depth, leaves = _leaf_budget(max_leaf_nodes, depth, route)
     enable_persistent_cache()
     problem = make_problem(X, y, task=task, sample_weight=sample_weight)
     options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress,
                                  capacity=initial_capacity,
                                  penalty=search_penalty(problem, ccp_alpha))
     with jax.enable_x64(True):
-        if leaf_sides is not None:
+        if leaves is not None and depth == 3:
+            return _solve_budgeted_depth3(problem, options, leaves)
+        if leaves is not None:  # 3 leaves at depth 2
             # one frontier, two problems: the same one with either child kept a leaf
             search = Search([problem] * 2, options)
-            search.leaf_sides = leaf_sides
+            search.leaf_sides = np.array([[False, True], [True, False]])
             solve_depth2(search, runner_rows=np.zeros(2, dtype=np.int64))
             best = int(np.argmin(search.incumbents.value))
             # the optimum is the better of the two: so is its bound, and it is proved
@@ -234,6 +241,27 @@ def solve(
             search = DeepSearch(problem, options, depth=depth)
             search.solve_deep()
     return _make_result(search, depth)
+
+
+def _solve_budgeted_depth3(problem, options: SearchOptions, leaves: int) -> SolveResult:
+    """Depth 3 with at most `leaves` (3 to 7) leaves: one root-split search per way of
+    sharing them between the sides (`budget.allocations`), each starting from the
+    best tree of those before as its cutoff."""
+    searches = []
+    for left, right in allocations(leaves):
+        cutoff = min((s.incumbent for s in searches), default=np.inf)
+        search = DeepSearch(problem, options, depth=3, cutoff=cutoff,
+                            budgets=(left, right, min(leaves, NO_LIMIT)))
+        search.solve_deep()
+        searches.append(search)
+    best = min(range(len(searches)), key=lambda i: (not searches[i].incumbents.found(0),
+                                                   searches[i].incumbent))
+    search = searches[best]
+    # the optimum is the best of them: so is its bound, and it is proved only when all are
+    search.incumbents.lower_bound[0] = min(s.incumbents.lower_bound[0] for s in searches)
+    search.stats.timed_out[0] = any(s.stats.timed_out[0] for s in searches)
+    search.subproblems = sum(s.subproblems for s in searches)
+    return _make_result(search, 3)
 
 
 def _counter_values(counters: Counters) -> dict[str, float]:
