@@ -462,8 +462,9 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         splits, over trees of depth at most `max_depth` (nodes may stay leaves). 0
         gives the perfect-tree problem. Exact, like the unpenalised solve.
     max_leaf_nodes : int or None, default=None
-        At most this many leaves (None: no limit). Exact for 2 leaves at any depth and
-        3 at ``max_depth=2``; other limits below ``2 ** max_depth`` raise a ValueError.
+        At most this many leaves (None: no limit). Exact at depths 1 to 3; at depth 4
+        and deeper only 2 is supported (other limits below ``2 ** max_depth`` raise a
+        ValueError).
 
     Attributes
     ----------
@@ -683,8 +684,9 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
         splits, over trees of depth at most `max_depth` (nodes may stay leaves). 0
         gives the perfect-tree problem. Exact, like the unpenalised solve.
     max_leaf_nodes : int or None, default=None
-        At most this many leaves (None: no limit). Exact for 2 leaves at any depth and
-        3 at ``max_depth=2``; other limits below ``2 ** max_depth`` raise a ValueError.
+        At most this many leaves (None: no limit). Exact at depths 1 to 3; at depth 4
+        and deeper only 2 is supported (other limits below ``2 ** max_depth`` raise a
+        ValueError).
 
     Attributes
     ----------
