@@ -187,3 +187,33 @@ def test_estimator_refuses_bad_pruning_options(name, value):
 
     with pytest.raises(ValueError, match=name):
         OptimalTreeClassifier(**{name: value}).fit(np.arange(6.0)[:, None], [0, 1] * 3)
+
+
+@pytest.mark.parametrize("depth,leaves", [(2, None), (2, 3), (3, None), (3, 5)])
+def test_time_limit_keeps_a_valid_bound(depth, leaves):
+    rng = np.random.default_rng(seed_of("penalty time", depth, leaves))
+    problem = random_problem(rng, "classification", 12, 3, k=3, weights="float")
+    alpha = 0.02
+    expected = PrunedBruteForce(problem.X, problem.y, problem.w, "classification",
+                                penalty=alpha * problem.w.sum()).pruned(depth, leaves)
+    result = qbnb_jax.solve(problem.X, problem.y, task="classification", depth=depth,
+                            sample_weight=problem.w, ccp_alpha=alpha, max_leaf_nodes=leaves,
+                            time_limit=1e-9)
+    assert result.status == "time_limit"
+    assert result.lower_bound <= expected + 1e-9
+    assert result.penalized_objective >= expected - 1e-9
+    assert result.tree.n_leaves <= (leaves or 2**depth)
+
+
+def test_pruned_trees_export(tmp_path):
+    """A non-perfect tree goes through to_sklearn, the text export and a tree file."""
+    from qbnb_jax import OptimalTreeClassifier, export_text, load_tree, save_tree
+
+    X = np.arange(8.0)[:, None]
+    y = np.array([0, 0, 0, 0, 1, 1, 1, 0])
+    clf = OptimalTreeClassifier(max_depth=3, ccp_alpha=0.1).fit(X, y)
+    assert clf.get_n_leaves() == 3 and clf.get_depth() == 2
+    np.testing.assert_array_equal(clf.to_sklearn().predict(X), clf.predict(X))
+    assert export_text(clf).count("class:") == 3
+    save_tree(clf, tmp_path / "tree.json")
+    np.testing.assert_array_equal(load_tree(tmp_path / "tree.json").predict(X), clf.predict(X))
