@@ -216,4 +216,7 @@ def test_pruned_trees_export(tmp_path):
     np.testing.assert_array_equal(clf.to_sklearn().predict(X), clf.predict(X))
     assert export_text(clf).count("class:") == 3
     save_tree(clf, tmp_path / "tree.json")
-    np.testing.assert_array_equal(load_tree(tmp_path / "tree.json").predict(X), clf.predict(X))
+    loaded = load_tree(tmp_path / "tree.json")
+    np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
+    assert loaded.ccp_alpha == 0.1
+    assert _close(loaded.penalized_objective_, clf.penalized_objective_)

@@ -51,7 +51,8 @@ class SolveResult:
     - `stats`: iterations, frontier size per iteration, compile and solve seconds, ...
     - `classes`: the original labels (classification), in `tree.value` column order.
     - `penalized_objective`: what was minimised, `objective + ccp_alpha * W * splits`
-      (W the total sample weight); `lower_bound` and `gap` refer to it.
+      (W the total sample weight); `lower_bound` and `gap` refer to it. None for a
+      result loaded by `load_tree`.
       The number of leaves is `tree.n_leaves`.
 
     `predict(X)` gives the tree's predictions as labels (classification) or target
