@@ -220,3 +220,17 @@ def test_pruned_trees_export(tmp_path):
     np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
     assert loaded.ccp_alpha == 0.1
     assert _close(loaded.penalized_objective_, clf.penalized_objective_)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_depth4_penalty_matches_brute_force(task):
+    rng = np.random.default_rng(seed_of("penalty depth 4", task))
+    for leaves in (None, 2):
+        problem = random_problem(rng, task, 8, 2, k=2, weights="float")
+        if problem.w.sum() == 0:
+            continue
+        oracle = PrunedBruteForce(problem.X, problem.y, problem.w, task,
+                                  penalty=0.02 * problem.w.sum())
+        result = qbnb_jax.solve(problem.X, problem.y, task=task, depth=4,
+                                sample_weight=problem.w, ccp_alpha=0.02, max_leaf_nodes=leaves)
+        assert _close(result.penalized_objective, oracle.pruned(4, leaves))
