@@ -234,3 +234,13 @@ def test_depth4_penalty_matches_brute_force(task):
         result = qbnb_jax.solve(problem.X, problem.y, task=task, depth=4,
                                 sample_weight=problem.w, ccp_alpha=0.02, max_leaf_nodes=leaves)
         assert _close(result.penalized_objective, oracle.pruned(4, leaves))
+
+
+def test_three_leaf_progress_reports_one_solve():
+    X = np.arange(8.0)[:, None]
+    y = np.array([0, 0, 1, 1, 1, 0, 0, 1])
+    seen = []
+    result = qbnb_jax.solve(X, y, task="classification", depth=2, max_leaf_nodes=3,
+                            progress=seen.append)
+    assert seen and seen[-1]["incumbent"] == result.penalized_objective == 1
+    assert all(info["active"] + info["solved"] == 1 for info in seen)

@@ -19,6 +19,32 @@ from qbnb_jax._search.state import SearchOptions
 NO_LIMIT = 4  # leaves of a perfect depth-2 tree
 
 
+class AlternativesSearch(Search):
+    """Problems that are alternatives of one solve (the same samples, each with other
+    children kept leaves): progress reports the best of them, not their sum."""
+
+    def report(self, tuple_lb: np.ndarray, problem_of: np.ndarray | None = None) -> None:
+        if self.options.progress is None:
+            return
+        if problem_of is None:
+            problem_of = np.zeros(len(tuple_lb), dtype=np.int64)
+        best = np.full(self.n_problems, np.inf)
+        np.minimum.at(best, problem_of, tuple_lb)
+        exponent = -self.problems[0].loss_exponent  # the same samples: one scale
+        incumbent = float(np.ldexp(self.incumbents.value.min(), exponent))
+        lower = float(np.ldexp(np.minimum(self.incumbents.value, best).min(), exponent))
+        self.options.progress({
+            "iteration": int(self.stats.iterations.max()),
+            "frontier": int(len(tuple_lb)),
+            "incumbent": incumbent,
+            "lower_bound": lower,
+            "gap": incumbent - lower,
+            "active": int(len(tuple_lb) > 0),
+            "solved": int(len(tuple_lb) == 0),
+            "elapsed": self.elapsed(),
+        })
+
+
 def allocations(leaves: int) -> list[tuple[int, int]]:
     """The leaf budgets `(left, right)` of a depth-3 root's sides that a tree with at
     most `leaves` leaves may use, less those another allows a superset of."""

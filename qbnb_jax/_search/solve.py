@@ -21,7 +21,7 @@ from qbnb_jax._problem.data import make_problem
 from qbnb_jax._problem.host import build_tree, tree_objective
 from qbnb_jax._problem.tree import Tree
 from qbnb_jax._search.appendix import AppendixSearch
-from qbnb_jax._search.budget import NO_LIMIT, allocations
+from qbnb_jax._search.budget import NO_LIMIT, AlternativesSearch, allocations
 from qbnb_jax._search.deep import DeepSearch
 from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.penalty import search_penalty
@@ -223,7 +223,7 @@ def solve(
             return _solve_budgeted_depth3(problem, options, leaves)
         if leaves is not None:  # 3 leaves at depth 2
             # one frontier, two problems: the same one with either child kept a leaf
-            search = Search([problem] * 2, options)
+            search = AlternativesSearch([problem] * 2, options)
             search.leaf_sides = np.array([[False, True], [True, False]])
             solve_depth2(search, runner_rows=np.zeros(2, dtype=np.int64))
             best = int(np.argmin(search.incumbents.value))
