@@ -5,8 +5,8 @@ With a penalty a per split, a child node of samples S is worth
 folded into every child feature's loss. A depth-2 tree with a root cut is worth
 `a + V(prefix) + V(suffix)`; the root's a is carried by the prefix side, so that the
 search's sums stay the tree's value and its incumbents stay in the caller's units
-(scaled as `stats` are). docs/design.md, "Split penalty", says why every bound of the
-search stays valid.
+(scaled as `stats` are). docs/design.md, "Split penalty and leaf budgets", says why
+every bound of the search stays valid.
 """
 
 from __future__ import annotations
