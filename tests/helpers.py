@@ -185,6 +185,47 @@ def brute_force(X, y, w=None, *, task: Task, depth: int, min_samples: int = 1,
     return BruteForce(X, y, w, task, min_samples=min_samples, min_weight=min_weight).best(depth)
 
 
+class PrunedBruteForce(BruteForce):
+    """Exact optimum of `loss + penalty * splits` over trees of depth at most d with at
+    most `leaves` leaves (None: no limit); nodes may stay leaves at any level. With leaf
+    limits (as `BruteForce`), a split counts only when both of its parts fit them.
+
+    pruned(d, L, S) = min(leaf loss of S,
+                          min over splits and 1 <= l < L of
+                          penalty + pruned(d-1, l, S & left) + pruned(d-1, L-l, S & right)).
+    """
+
+    def __init__(self, X, y, w=None, task: Task = "classification", *, penalty: float = 0.0,
+                 min_samples: int = 1, min_weight: float = 0.0):
+        super().__init__(X, y, w, task, min_samples=min_samples, min_weight=min_weight)
+        self.penalty = float(penalty)
+        self._pruned: dict[tuple[int, int, bytes], float] = {}
+
+    def pruned(self, depth: int, leaves: int | None = None, mask: np.ndarray | None = None
+               ) -> float:
+        if mask is None:
+            mask = np.ones(self.n, dtype=bool)
+        leaves = 2**depth if leaves is None else min(leaves, 2**depth)
+        key = (depth, leaves, mask.tobytes())
+        if key in self._pruned:
+            return self._pruned[key]
+        value = float(self._leaves(mask[None, :])[0])
+        if depth > 0 and leaves >= 2 and mask.sum() >= 2:
+            seen = set()
+            for g in self.G:
+                left = mask & g
+                if not left.any() or left.sum() == mask.sum() or left.tobytes() in seen:
+                    continue
+                seen.add(left.tobytes())
+                if self.limited and not self._fits(np.stack([left, mask & ~g])).all():
+                    continue
+                for ll in range(1, leaves):
+                    value = min(value, self.penalty + self.pruned(depth - 1, ll, left)
+                                + self.pruned(depth - 1, leaves - ll, mask & ~g))
+        self._pruned[key] = value
+        return value
+
+
 # --------------------------------------------------------------------------------------
 # Random problems
 # --------------------------------------------------------------------------------------

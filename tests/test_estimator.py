@@ -19,6 +19,43 @@ def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
 
 
+@parametrize_with_checks(
+    [OptimalTreeClassifier(ccp_alpha=0.01), OptimalTreeRegressor(ccp_alpha=0.01)],
+)
+def test_sklearn_compatible_pruned_estimator(estimator, check):
+    check(estimator)
+
+
+def _refused_with_leaf_limits(estimator):
+    # the check sets min_weight_fraction_leaf, which max_leaf_nodes refuses to join
+    if isinstance(estimator, OptimalTreeClassifier):
+        return {"check_class_weight_classifiers":
+                "min_weight_fraction_leaf with max_leaf_nodes is refused (unsupported)"}
+    return {}
+
+
+@parametrize_with_checks(
+    [OptimalTreeClassifier(ccp_alpha=0.01, max_leaf_nodes=3),
+     OptimalTreeRegressor(ccp_alpha=0.01, max_leaf_nodes=3)],
+    expected_failed_checks=_refused_with_leaf_limits,
+)
+def test_sklearn_compatible_leaf_budget_estimator(estimator, check):
+    check(estimator)
+
+
+@parametrize_with_checks(
+    [OptimalTreeClassifier(min_samples_leaf=2, min_weight_fraction_leaf=0.05),
+     OptimalTreeRegressor(min_samples_leaf=2, min_weight_fraction_leaf=0.05)],
+    # min_samples_leaf counts rows, as scikit-learn's trees do: a row of weight 2 is
+    # one row, two repeated rows are two
+    expected_failed_checks=lambda estimator: {
+        "check_sample_weight_equivalence_on_dense_data":
+            "min_samples_leaf counts rows, not weight (as scikit-learn's trees)"},
+)
+def test_sklearn_compatible_leaf_limited_estimator(estimator, check):
+    check(estimator)
+
+
 @pytest.fixture(scope="module")
 def iris():
     X, y = load_iris(return_X_y=True)

@@ -30,6 +30,7 @@ from qbnb_jax._device.runner import KernelRunner
 from qbnb_jax._problem.data import Problem
 from qbnb_jax._problem.host import best_stump, position_threshold
 from qbnb_jax._problem.leaf_limits import root_cut_range
+from qbnb_jax._search.budget import NO_LIMIT, host_side, three_leaf_sides
 from qbnb_jax._search.depth2 import shrink_pieces, solve_depth2
 from qbnb_jax._search.frontier import PieceBounds, Pieces, RootFrontier
 from qbnb_jax._search.search import Search
@@ -68,15 +69,27 @@ class DeepSearch(Search):
     """Exact depth-`depth` search (depth >= 3) over the root split of one problem."""
 
     def __init__(self, problem: Problem, options: SearchOptions, *, depth: int,
-                 runner: KernelRunner | None = None, cutoff: float = np.inf):
+                 runner: KernelRunner | None = None, cutoff: float = np.inf,
+                 budgets: tuple[int, int, int] | None = None):
         super().__init__([problem], options, runner=runner, cutoff=cutoff)
         self.depth = depth
+        # depth 3: leaf budgets of the left side, the right side and the all-samples
+        # tree (`_search/budget.py`); None: no limit
+        self.budgets = budgets
         self.side_options = options.quiet()  # the subtrees' searches report nothing
         self.sides: dict[tuple[int, int, int], tuple[float, float, object]] = {}
         self.subproblems = 0
 
-    def subtree(self, mask: np.ndarray, cutoff: float):
-        """`(lower bound, objective or inf, splits)` of the best depth-(d-1) tree."""
+    def side_budget(self, key) -> int | None:
+        """Leaf budget of side `key` (None: no limit); position n is all samples."""
+        if self.budgets is None:
+            return None
+        budget = self.budgets[2] if key[1] == self.problem.n else self.budgets[key[2]]
+        return None if budget >= NO_LIMIT else budget
+
+    def subtree(self, mask: np.ndarray, cutoff: float, budget: int | None = None):
+        """`(lower bound, objective or inf, splits)` of the best depth-(d-1) tree
+        (with at most `budget` leaves)."""
         if self.runner is None:
             self.runner = KernelRunner(self.problem)
         sub = self.problem.compact(mask)  # its own, shorter arrays
@@ -84,6 +97,10 @@ class DeepSearch(Search):
             return 0.0, 0.0, None
         runner = self.runner.for_compact([sub])
         self.subproblems += 1
+        if budget is not None and budget <= 2:
+            return host_side(sub, budget, self.options.penalty)
+        if budget is not None:
+            return three_leaf_sides([sub], self.side_options, runner, [cutoff])[0]
         if self.depth - 1 == 2:
             search = Search([sub], self.side_options, runner=runner, cutoff=cutoff)
             solve_depth2(search)
@@ -103,13 +120,16 @@ class DeepSearch(Search):
         if key not in self.sides:
             left = self.problem.rank[f0] < k
             cutoff = self.incumbent if cutoff is None else cutoff
-            self.sides[key] = self.subtree(left if which == LEFT else ~left, cutoff)
+            self.sides[key] = self.subtree(left if which == LEFT else ~left, cutoff,
+                                           self.side_budget(key))
         return self.sides[key]
 
     def root_split(self, f0: int, k: int):
         """Evaluate every tree whose root cuts f0 before sorted position k."""
         p_lb, p_ub, p_splits = self.side(f0, k, LEFT)
         s_lb, s_ub, s_splits = self.side(f0, k, RIGHT)
+        # a split penalty: the root's, carried by the prefix side (`_search/penalty.py`)
+        p_lb, p_ub = p_lb + self.options.penalty, p_ub + self.options.penalty
         if p_ub + s_ub < self.incumbent:
             self.offer(p_ub + s_ub, functools.partial(self._root_spec, f0, k, p_splits, s_splits))
         return p_lb, s_lb
@@ -140,6 +160,7 @@ class DeepSearch(Search):
         u = problem.n_thresholds.astype(np.int64)
         ends = np.zeros((problem.p, 4))
         ends[:, 1] = ends[:, 2] = all_lb
+        ends[:, [0, 2]] += self.options.penalty
         frontier = RootFrontier(
             root=np.arange(problem.p),
             lo=np.ones(problem.p, dtype=np.int64),
@@ -203,18 +224,32 @@ class DeepSearch(Search):
         for key, sub in zip(todo, subs):
             if sub.n == 0:
                 self.sides[key] = (0.0, 0.0, None)
-        for batch in size_batches([sub.n for sub in subs], self.problem.p):
-            self.solve_side_batch([todo[j] for j in batch], [subs[j] for j in batch],
-                                  [cutoff_of[todo[j]] for j in batch])
+        budget_of = [self.side_budget(key) for key in todo]
+        for budget in dict.fromkeys(budget_of):  # one group, in order, without budgets
+            group = [j for j in range(len(todo)) if budget_of[j] == budget and subs[j].n]
+            if budget is not None and budget <= 2:
+                for j in group:
+                    self.sides[todo[j]] = host_side(subs[j], budget, self.options.penalty)
+                continue
+            for batch in size_batches([subs[j].n for j in group], self.problem.p):
+                batch = [group[j] for j in batch]
+                self.solve_side_batch([todo[j] for j in batch], [subs[j] for j in batch],
+                                      [cutoff_of[todo[j]] for j in batch], budget)
 
-    def solve_side_batch(self, keys, subs, cutoffs) -> None:
-        """Depth-2 searches of compacted sides in one frontier (`_search/depth2.py`)."""
-        search = Search(subs, self.side_options, runner=self.runner.for_compact(subs),
-                        cutoff=cutoffs)
+    def solve_side_batch(self, keys, subs, cutoffs, budget: int | None = None) -> None:
+        """Depth-2 searches of compacted sides in one frontier (`_search/depth2.py`),
+        with at most `budget` (3) leaves each when given."""
+        runner = self.runner.for_compact(subs)
+        self.subproblems += len(keys)
+        if budget is not None:
+            for key, outcome in zip(keys, three_leaf_sides(subs, self.side_options, runner,
+                                                           cutoffs)):
+                self.sides[key] = outcome
+            return
+        search = Search(subs, self.side_options, runner=runner, cutoff=cutoffs)
         solve_depth2(search)
         for q, key in enumerate(keys):
             self.sides[key] = search.outcome(q)
-        self.subproblems += len(keys)
 
     def step_deep(self, frontier: RootFrontier) -> RootFrontier:
         """Solve the sides at s cuts inside every tuple, then prune and split.
@@ -242,7 +277,8 @@ class DeepSearch(Search):
             keys, cutoffs = [], []
             for i, _, r, k in group:
                 keys += [(r, k, LEFT), (r, k, RIGHT)]
-                cutoffs += [self.incumbent - ends[i, 3], self.incumbent - ends[i, 0]]
+                cutoffs += [self.incumbent - self.options.penalty - ends[i, 3],
+                            self.incumbent - ends[i, 0]]
             self.solve_sides(keys, cutoffs)
             for i, jj, r, k in group:
                 prefix[i][jj], suffix[i][jj] = self.root_split(r, k)

@@ -35,6 +35,13 @@ from qbnb_jax._problem.host import stump_losses, stumps_of_all_shared
 from qbnb_jax._problem.leaf_limits import root_cut_range
 from qbnb_jax._search.frontier import CutLosses, Frontier, PieceBounds, PieceFeatures, Pieces
 from qbnb_jax._search.pair_bounds import PairInputs, pair_bounds
+from qbnb_jax._search.penalty import (
+    LEAF_SPEC,
+    SideLeaves,
+    all_leaf_loss,
+    penalise_sweep,
+    side_values,
+)
 from qbnb_jax._search.search import Search
 from qbnb_jax._search.state import Incumbents
 
@@ -140,6 +147,10 @@ class Depth2Search:
         self.n_samples = np.array([pr.n for pr in problems])
         # min_samples_leaf / min_weight_fraction_leaf: one problem (see `solve`)
         self.limits = problems[0].leaf_limits
+        self.penalty = self.options.penalty
+        self.leaf_sides = search.leaf_sides
+        self.pruned = bool(self.penalty) or self.leaf_sides is not None  # nodes may stay leaves
+        self.leaves = SideLeaves(problems) if self.pruned else None
 
     # -- driver -------------------------------------------------------------------------
     def run(self) -> None:
@@ -150,8 +161,16 @@ class Depth2Search:
             request = next(steps)
             while True:
                 sweep = getattr(runner, request.kind)
-                request = steps.send(sweep(*request.args,
-                                           problem=self.runner_rows[request.problem]))
+                result = sweep(*request.args, problem=self.runner_rows[request.problem])
+                if self.pruned and request.kind in ("full", "limited"):
+                    # a window's raw L1 stays valid next to penalised ends (design.md);
+                    # a limited sweep's columns -k - 1 are its constrained stumps at k,
+                    # penalised alike (both keep the bounds' properties)
+                    f0, _, cuts = request.args
+                    positions = np.where(cuts < 0, -cuts - 1, cuts)
+                    result = penalise_sweep(self.leaves, self.penalty, self.leaf_sides,
+                                            request.problem, f0, positions, *result)
+                request = steps.send(result)
         except StopIteration:
             pass
 
@@ -166,6 +185,13 @@ class Depth2Search:
         # left) and u(f0) (everything left): a side is empty or the best stump of all.
         everything = self.stump_all[problem]
         nothing = np.zeros_like(everything)
+        if self.pruned:  # penalised sides; the prefix carries the root's penalty
+            leaf_all = np.array([all_leaf_loss(pr) for pr in search.problems])
+            left, right = side_values(leaf_all, self.stump_all, self.penalty, self.leaf_sides)
+            ends = np.stack([nothing + self.penalty, right[problem],
+                             left[problem] + self.penalty, nothing], axis=1)
+        else:
+            ends = np.stack([nothing, everything, everything, nothing], axis=1)
         frontier = Frontier(
             problem=problem,
             root=np.tile(np.arange(p), n_problems),
@@ -173,7 +199,7 @@ class Depth2Search:
             hi=self.n_thresholds.reshape(-1) - 1,
             left_features=np.ones((n_problems * p, p), dtype=bool),
             right_features=np.ones((n_problems * p, p), dtype=bool),
-            ends=np.stack([nothing, everything, everything, nothing], axis=1),
+            ends=ends,
             lower_bound=np.zeros(n_problems * p),  # losses are never negative
         )
         if self.limits is not None:
@@ -223,6 +249,9 @@ class Depth2Search:
         """
         problems, p = self.search.problems, self.p
         n_problems = len(problems)
+        if self.pruned:  # the root may stay a leaf
+            for q, pr in enumerate(problems):
+                self.incumbents.offer(q, all_leaf_loss(pr), LEAF_SPEC)
         if self.stumps is not None:  # computed by the reweighting pass
             losses, positions = self.stumps
         elif n_problems > 1 and all(pr.perm is problems[0].perm for pr in problems):

@@ -14,7 +14,8 @@ import numpy as np
 
 from qbnb_jax._device.runner import KernelRunner
 from qbnb_jax._problem.data import Problem
-from qbnb_jax._problem.host import best_stump, position_threshold
+from qbnb_jax._problem.host import best_stump, leaf_loss_np, position_threshold
+from qbnb_jax._search.penalty import LEAF_SPEC, all_leaf_loss
 from qbnb_jax._search.state import Incumbents, SearchOptions, SearchStats
 
 
@@ -32,6 +33,11 @@ class Search:
         self.options = options
         self.runner = runner
         self.incumbents = Incumbents(self.problems, cutoff)
+        if options.penalty:  # penalised values are floats: the tolerance rule applies
+            self.incumbents.exact[:] = False
+        # (n_problems, 2) bool or None: depth 2 keeps the left / right child a leaf
+        # (`max_leaf_nodes`, `_search/penalty.py`)
+        self.leaf_sides: np.ndarray | None = None
         self.stats = SearchStats(len(self.problems))
 
     @property
@@ -79,7 +85,9 @@ class Search:
         """
         spec = self.incumbents.depth2_spec[q]
         if self.incumbents.splits[q] is None and spec[0] >= 0:
-            return functools.partial(depth2_splits, self.problems[q], *(int(v) for v in spec))
+            leaves = (False, False) if self.leaf_sides is None else tuple(self.leaf_sides[q])
+            return functools.partial(depth2_splits, self.problems[q], *(int(v) for v in spec),
+                                     penalty=self.options.penalty, leaf_sides=leaves)
         return self.incumbents.splits[q]
 
     def outcome(self, q: int = 0) -> tuple[float, float, object]:
@@ -151,26 +159,44 @@ class Search:
     def solve_depth1(self) -> None:
         for q, problem in enumerate(self.problems):
             loss, splits = stump_splits(problem, np.ones(problem.n, dtype=bool))
+            if self.options.penalty:  # the root may stay a leaf
+                self.incumbents.offer(q, all_leaf_loss(problem), LEAF_SPEC)
+                loss += self.options.penalty
             self.incumbents.offer(q, loss, splits)
         self.incumbents.prove_optimal(np.arange(self.n_problems))
 
 
-def stump_splits(problem: Problem, mask: np.ndarray, feature: int | None = None):
-    """`(loss, spec)` of the best stump of the samples in `mask` (on `feature` alone)."""
+def stump_splits(problem: Problem, mask: np.ndarray, feature: int | None = None,
+                 penalty: float = 0.0):
+    """`(loss, spec)` of the best stump of the samples in `mask` (on `feature` alone).
+
+    With a split `penalty`, a leaf where the stump does not gain more than it (its
+    loss is then the penalised value, `_search/penalty.py`).
+    """
     features = None if feature is None else [feature]
     loss, f, k = best_stump(problem, mask, features)
+    if penalty:
+        leaf = float(leaf_loss_np(np.where(mask[:, None], problem.stats, 0).sum(axis=0),
+                                  problem.loss_kind))
+        if leaf <= loss + penalty:
+            return leaf, None
+        loss += penalty
     return loss, (f, position_threshold(problem, f, k), None, None)
 
 
 def depth2_splits(problem: Problem, f0: int, t: int, f1: int, f2: int,
-                  mask: np.ndarray | None = None):
+                  mask: np.ndarray | None = None, penalty: float = 0.0,
+                  leaf_sides: tuple[bool, bool] = (False, False)):
     """Spec of the root cut t of f0 with the best stumps on f1 (left), f2 (right).
 
-    `mask`: the samples the tree is for (default all).
+    `mask`: the samples the tree is for (default all). `penalty`: per split; a child
+    stays a leaf where its stump does not gain more, and where `leaf_sides` says so.
     """
     k = int(problem.cut_pos[f0, t])
     left = problem.rank[f0] < k
     inside = np.ones(problem.n, dtype=bool) if mask is None else mask
-    _, left_spec = stump_splits(problem, inside & left, f1)
-    _, right_spec = stump_splits(problem, inside & ~left, f2)
+    _, left_spec = stump_splits(problem, inside & left, f1, penalty)
+    _, right_spec = stump_splits(problem, inside & ~left, f2, penalty)
+    left_spec = None if leaf_sides[0] else left_spec
+    right_spec = None if leaf_sides[1] else right_spec
     return (f0, position_threshold(problem, f0, k), left_spec, right_spec)

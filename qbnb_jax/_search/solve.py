@@ -23,8 +23,10 @@ from qbnb_jax._problem.leaf_limits import leaf_limits
 from qbnb_jax._problem.missing import original_tree
 from qbnb_jax._problem.tree import Tree
 from qbnb_jax._search.appendix import AppendixSearch
+from qbnb_jax._search.budget import NO_LIMIT, AlternativesSearch, allocations
 from qbnb_jax._search.deep import DeepSearch
 from qbnb_jax._search.depth2 import solve_depth2
+from qbnb_jax._search.penalty import search_penalty
 from qbnb_jax._search.search import Search
 from qbnb_jax._search.state import SearchOptions
 
@@ -43,12 +45,17 @@ class SolveResult:
     - `tree`: the best `Tree` found (optimal when `status == "optimal"`).
     - `objective`: its weighted training loss, recomputed on the host in float64
       (weighted misclassification, or weighted squared error summed over targets).
-    - `lower_bound`: a proved lower bound on the optimal objective.
+    - `lower_bound`: a proved lower bound on the optimal objective (with `ccp_alpha`:
+      on the optimal penalised objective).
     - `gap`: `objective - lower_bound` (0 for an exact classification optimum; at most
       the pruning tolerance for regression and fractional weights).
     - `status`: `"optimal"` or `"time_limit"`.
     - `stats`: iterations, frontier size per iteration, compile and solve seconds, ...
     - `classes`: the original labels (classification), in `tree.value` column order.
+    - `penalized_objective`: what was minimised, `objective + ccp_alpha * W * splits`
+      (W the total sample weight); `lower_bound` and `gap` refer to it. None for a
+      result loaded by `load_tree`.
+      The number of leaves is `tree.n_leaves`.
 
     `predict(X)` gives the tree's predictions as labels (classification) or target
     means; `tree.predict(X)` gives class codes, indices into `classes`.
@@ -64,6 +71,9 @@ class SolveResult:
     depth: int
     classes: np.ndarray | None
     n_features: int
+    # what was minimised: `objective` plus the split penalty (`ccp_alpha`); equal to
+    # `objective` without one
+    penalized_objective: float | None = None
 
     def predict(self, X) -> np.ndarray:
         """Predicted class labels `(n,)` (classification) or target means `(n, m)`."""
@@ -105,6 +115,40 @@ def _check_options(depth, bound, s, time_limit, route="recursion"):
         raise ValueError(f"time_limit must be a positive number of seconds; got {time_limit!r}.")
 
 
+def _check_penalty(ccp_alpha, route) -> None:
+    if isinstance(ccp_alpha, bool) or not isinstance(ccp_alpha, (int, float, np.number)) or not (
+        np.isfinite(ccp_alpha) and ccp_alpha >= 0
+    ):
+        raise ValueError(f"ccp_alpha must be a finite number >= 0; got {ccp_alpha!r}.")
+    if ccp_alpha and route != "recursion":
+        raise ValueError(f"ccp_alpha > 0 needs route='recursion'; got route={route!r}.")
+
+
+def _leaf_budget(max_leaf_nodes, depth: int, route: str) -> tuple[int, int | None]:
+    """`(depth to search, leaf budget or None)`: 2 leaves are a depth-1 tree, at least
+    2**depth no limit; the budgets between are searched at depth 2 and 3."""
+    if max_leaf_nodes is None:
+        return depth, None
+    if (isinstance(max_leaf_nodes, bool) or not isinstance(max_leaf_nodes, (int, np.integer))
+            or max_leaf_nodes < 2):
+        raise ValueError(f"max_leaf_nodes must be None or an integer >= 2; got "
+                         f"{max_leaf_nodes!r}.")
+    if max_leaf_nodes >= 2**depth:
+        return depth, None
+    if max_leaf_nodes == 2:
+        return 1, None
+    if depth > 3:
+        raise ValueError(
+            f"max_leaf_nodes={max_leaf_nodes} with depth={depth} is not supported: choose "
+            f"max_leaf_nodes 2 or at least {2**depth} (no limit) at this depth, or depth "
+            f"2 or 3."
+        )
+    if route != "recursion":
+        raise ValueError(f"max_leaf_nodes={max_leaf_nodes} needs route='recursion'; got "
+                         f"route={route!r}.")
+    return depth, int(max_leaf_nodes)
+
+
 def solve(
     X,
     y,
@@ -120,6 +164,8 @@ def solve(
     route: str = "recursion",
     min_samples_leaf: int | float = 1,
     min_weight_fraction_leaf: float = 0.0,
+    ccp_alpha: float = 0.0,
+    max_leaf_nodes: int | None = None,
 ) -> SolveResult:
     """Find a provably optimal decision tree of the given depth.
 
@@ -154,6 +200,15 @@ def solve(
     - `min_weight_fraction_leaf`: every leaf holds at least this fraction (0 to 0.5)
       of the total sample weight. With either limit the tree is optimal among the
       trees that respect both (docs/design.md, "Leaf limits"); route "recursion" only.
+    - `ccp_alpha`: a penalty per split (>= 0, scikit-learn's name and units): the solve
+      then minimises `loss / W + ccp_alpha * splits` over trees of depth at most `depth`,
+      W the total sample weight, so nodes may stay leaves above the last level
+      (`route="recursion"` only). `objective` stays the loss; `penalized_objective`,
+      `lower_bound` and `gap` are then in loss units too, `loss + ccp_alpha * W * splits`.
+    - `max_leaf_nodes`: at most this many leaves (an integer >= 2, or None: no limit).
+      Solved exactly at depths 1 to 3 (`route="recursion"`); at depth 4 and deeper only
+      2 (the depth-1 problem) or at least 2**depth (no limit) are supported, anything
+      between raises a ValueError. With `ccp_alpha`, both apply.
 
     **Returns:** a `SolveResult`.
 
@@ -168,9 +223,9 @@ def solve(
         not isinstance(initial_capacity, (int, np.integer)) or initial_capacity < 1
     ):
         raise ValueError(f"initial_capacity must be a positive integer; got {initial_capacity!r}.")
+    _check_penalty(ccp_alpha, route)
+    depth, leaves = _leaf_budget(max_leaf_nodes, depth, route)
     enable_persistent_cache()
-    options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress,
-                                 capacity=initial_capacity)
     problem = make_problem(X, y, task=task, sample_weight=sample_weight)
     limits = leaf_limits(min_samples_leaf, min_weight_fraction_leaf, len(X),
                          float(problem.weight.sum()))
@@ -178,8 +233,27 @@ def solve(
         if route != "recursion":
             raise ValueError(f"min_samples_leaf and min_weight_fraction_leaf need "
                              f"route='recursion'; got route={route!r}.")
+        if leaves is not None:
+            raise ValueError("min_samples_leaf or min_weight_fraction_leaf together with "
+                             "max_leaf_nodes is not supported: choose one of them.")
         problem = dataclasses.replace(problem, leaf_limits=limits)
+    options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress,
+                                 capacity=initial_capacity,
+                                 penalty=search_penalty(problem, ccp_alpha))
     with jax.enable_x64(True):
+        if leaves is not None and depth == 3:
+            return _solve_budgeted_depth3(problem, options, leaves)
+        if leaves is not None:  # 3 leaves at depth 2
+            # one frontier, two problems: the same one with either child kept a leaf
+            search = AlternativesSearch([problem] * 2, options)
+            search.leaf_sides = np.array([[False, True], [True, False]])
+            solve_depth2(search, runner_rows=np.zeros(2, dtype=np.int64))
+            best = int(np.argmin(search.incumbents.value))
+            # the optimum is the better of the two: so is its bound, and it is proved
+            # only when both are
+            search.incumbents.lower_bound[best] = search.incumbents.lower_bound.min()
+            search.stats.timed_out[best] = search.stats.timed_out.any()
+            return _make_result(search, 2, best)
         if depth <= 2:
             search = Search([problem], options)
             search.solve_depth1() if depth == 1 else solve_depth2(search)
@@ -190,6 +264,27 @@ def solve(
             search = DeepSearch(problem, options, depth=depth)
             search.solve_deep()
     return _make_result(search, depth)
+
+
+def _solve_budgeted_depth3(problem, options: SearchOptions, leaves: int) -> SolveResult:
+    """Depth 3 with at most `leaves` (3 to 7) leaves: one root-split search per way of
+    sharing them between the sides (`budget.allocations`), each starting from the
+    best tree of those before as its cutoff."""
+    searches = []
+    for left, right in allocations(leaves):
+        cutoff = min((s.incumbent for s in searches), default=np.inf)
+        search = DeepSearch(problem, options, depth=3, cutoff=cutoff,
+                            budgets=(left, right, min(leaves, NO_LIMIT)))
+        search.solve_deep()
+        searches.append(search)
+    best = min(range(len(searches)), key=lambda i: (not searches[i].incumbents.found(0),
+                                                   searches[i].incumbent))
+    search = searches[best]
+    # the optimum is the best of them: so is its bound, and it is proved only when all are
+    search.incumbents.lower_bound[0] = min(s.incumbents.lower_bound[0] for s in searches)
+    search.stats.timed_out[0] = any(s.stats.timed_out[0] for s in searches)
+    search.subproblems = sum(s.subproblems for s in searches)
+    return _make_result(search, 3)
 
 
 def _counter_values(counters: Counters) -> dict[str, float]:
@@ -210,8 +305,10 @@ def _make_result(search: Search, depth: int, q: int = 0,
     if problem.missing is not None:  # a tree over the virtual features of NaN columns
         tree = original_tree(tree, problem.X, problem.weight, problem.missing)
     status = search.stats.status(q)
+    n_splits = tree.n_nodes - tree.n_leaves
+    penalized = objective + problem.true_loss(search.options.penalty) * n_splits
     # losses are never negative
-    lower = max(0.0, min(problem.true_loss(search.incumbents.lower_bound[q]), objective))
+    lower = max(0.0, min(problem.true_loss(search.incumbents.lower_bound[q]), penalized))
     if status == "optimal" and search.incumbents.exact[q]:
         lower = objective
     frontier_sizes = search.stats.frontier_sizes[q]
@@ -233,11 +330,12 @@ def _make_result(search: Search, depth: int, q: int = 0,
         tree=tree,
         objective=objective,
         lower_bound=float(lower),
-        gap=float(max(0.0, objective - lower)),
+        gap=float(max(0.0, penalized - lower)),
         status=status,
         stats=stats,
         task=problem.task,
         depth=depth,
         classes=problem.classes,
         n_features=problem.n_features,
+        penalized_objective=float(penalized),
     )

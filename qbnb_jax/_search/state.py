@@ -32,16 +32,19 @@ class SearchOptions:
     progress: Callable[[dict], None] | None  # called after every iteration
     capacity: int  # tuples per block at first (a power of two; depth 2 doubles it)
     start: float  # `time.perf_counter()` when the solve began
+    # per split, in the units of the root problem's `stats` (`_search/penalty.py`)
+    penalty: float = 0.0
 
     @classmethod
     def make(cls, *, bound: str, s: int, time_limit: float | None = None,
              progress: Callable[[dict], None] | None = None, capacity: int | None = None,
-             start: float | None = None) -> SearchOptions:
+             start: float | None = None, penalty: float = 0.0) -> SearchOptions:
         if time_limit is not None and np.isinf(time_limit):
             time_limit = None
         return cls(bound=bound, s=int(s), time_limit=time_limit, progress=progress,
                    capacity=pow2_at_least(capacity or 64),
-                   start=time.perf_counter() if start is None else start)
+                   start=time.perf_counter() if start is None else start,
+                   penalty=float(penalty))
 
     def quiet(self) -> SearchOptions:
         """The same options without a progress callback (for subproblems)."""

@@ -56,6 +56,10 @@ _PARAMETER_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "an int in the range [1, inf) or a float in the range (0.0, 1.0)"),
     "min_weight_fraction_leaf": (lambda v: _is_real(v) and 0 <= v <= 0.5,
                                  "a float in the range [0.0, 0.5]"),
+    "ccp_alpha": (lambda v: _is_real(v) and math.isfinite(v) and v >= 0,
+                  "a float in the range [0, inf)"),
+    "max_leaf_nodes": (lambda v: v is None or (_is_int(v) and v >= 2),
+                       "None or an int in the range [2, inf)"),
 }
 
 
@@ -180,6 +184,8 @@ class _BaseOptimalTree(BaseEstimator):
         s: int = 3,
         min_samples_leaf: int | float = 1,
         min_weight_fraction_leaf: float = 0.0,
+        ccp_alpha: float = 0.0,
+        max_leaf_nodes: int | None = None,
     ) -> None:
         self.max_depth = max_depth
         self.bound = bound
@@ -188,6 +194,8 @@ class _BaseOptimalTree(BaseEstimator):
         self.s = s
         self.min_samples_leaf = min_samples_leaf
         self.min_weight_fraction_leaf = min_weight_fraction_leaf
+        self.ccp_alpha = ccp_alpha
+        self.max_leaf_nodes = max_leaf_nodes
 
     # -- validation -------------------------------------------------------------
 
@@ -267,6 +275,7 @@ class _BaseOptimalTree(BaseEstimator):
             time_limit=_solver_time_limit(self.time_limit),
             progress=progress,
             **self._leaf_limits(),
+            **self._pruning_options(),
         )
         self._adopt(result, label_attrs)
         self._node_impurity = self._impurity_of_nodes(Xc, yc, wc)
@@ -290,6 +299,14 @@ class _BaseOptimalTree(BaseEstimator):
         if self.min_weight_fraction_leaf != 0:
             limits["min_weight_fraction_leaf"] = self.min_weight_fraction_leaf
         return limits
+    def _pruning_options(self) -> dict[str, Any]:
+        """`ccp_alpha` and `max_leaf_nodes` for `solve`, left out at their defaults."""
+        options: dict[str, Any] = {}
+        if self.ccp_alpha:
+            options["ccp_alpha"] = float(self.ccp_alpha)
+        if self.max_leaf_nodes is not None:
+            options["max_leaf_nodes"] = int(self.max_leaf_nodes)
+        return options
 
     def _adopt(self, result: Any, label_attrs: dict[str, Any]) -> None:
         """Take the fitted attributes from a `SolveResult` of this estimator's task
@@ -301,6 +318,8 @@ class _BaseOptimalTree(BaseEstimator):
             setattr(self, name, value)
         self.tree_ = tree
         self.objective_ = float(result.objective)
+        penalized = getattr(result, "penalized_objective", None)
+        self.penalized_objective_ = float(result.objective if penalized is None else penalized)
         self.lower_bound_ = float(result.lower_bound)
         self.gap_ = float(result.gap)
         self.status_ = str(result.status)
@@ -482,6 +501,15 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         trees do: ``{label: weight}``, or "balanced" for
         ``n_samples / (n_classes * count of the label)``. The tree is optimal for the
         weighted misclassification.
+    ccp_alpha : float, default=0.0
+        Penalty per split, in scikit-learn's units: the tree minimises the training
+        loss divided by the total sample weight plus ``ccp_alpha`` times its number of
+        splits, over trees of depth at most `max_depth` (nodes may stay leaves). 0
+        gives the perfect-tree problem. Exact, like the unpenalised solve.
+    max_leaf_nodes : int or None, default=None
+        At most this many leaves (None: no limit). Exact at depths 1 to 3; at depth 4
+        and deeper only 2 is supported (other limits below ``2 ** max_depth`` raise a
+        ValueError).
 
     Attributes
     ----------
@@ -504,6 +532,10 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
     lower_bound_ : float
         Proved lower bound on the loss of any tree of depth `max_depth`; equals
         `objective_` when `status_` is ``"optimal"``.
+    penalized_objective_ : float
+        What was minimised: `objective_` plus ``ccp_alpha`` times the total sample
+        weight per split (`objective_` when ``ccp_alpha=0``); `lower_bound_` and `gap_`
+        refer to it.
     gap_ : float
         The optimality gap reported by the solver (0 when optimal).
     status_ : str
@@ -561,10 +593,13 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         min_samples_leaf: int | float = 1,
         min_weight_fraction_leaf: float = 0.0,
         class_weight: dict | str | None = None,
+        ccp_alpha: float = 0.0,
+        max_leaf_nodes: int | None = None,
     ) -> None:
         super().__init__(max_depth=max_depth, bound=bound, time_limit=time_limit,
                          verbose=verbose, s=s, min_samples_leaf=min_samples_leaf,
-                         min_weight_fraction_leaf=min_weight_fraction_leaf)
+                         min_weight_fraction_leaf=min_weight_fraction_leaf,
+                         ccp_alpha=ccp_alpha, max_leaf_nodes=max_leaf_nodes)
         self.class_weight = class_weight
 
     def __sklearn_tags__(self):
@@ -702,6 +737,15 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
         Every leaf holds at least this fraction (0 to 0.5) of the total sample
         weight (class weights included), as in scikit-learn. Supported for max_depth 1
         and 2.
+    ccp_alpha : float, default=0.0
+        Penalty per split, in scikit-learn's units: the tree minimises the training
+        loss divided by the total sample weight plus ``ccp_alpha`` times its number of
+        splits, over trees of depth at most `max_depth` (nodes may stay leaves). 0
+        gives the perfect-tree problem. Exact, like the unpenalised solve.
+    max_leaf_nodes : int or None, default=None
+        At most this many leaves (None: no limit). Exact at depths 1 to 3; at depth 4
+        and deeper only 2 is supported (other limits below ``2 ** max_depth`` raise a
+        ValueError).
 
     Attributes
     ----------
@@ -719,6 +763,10 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
         Training loss of `tree_`: the weighted sum of squared errors.
     lower_bound_ : float
         Proved lower bound on the loss of any tree of depth `max_depth`.
+    penalized_objective_ : float
+        What was minimised: `objective_` plus ``ccp_alpha`` times the total sample
+        weight per split (`objective_` when ``ccp_alpha=0``); `lower_bound_` and `gap_`
+        refer to it.
     gap_ : float
         The optimality gap reported by the solver (0 when optimal).
     status_ : str

@@ -854,6 +854,9 @@ def _as_estimator(saved: _Saved) -> Any:
     else:
         est.n_outputs_ = int(tree.value.shape[1])
     est.objective_ = _nan_if_none(saved.objective)
+    # the penalty per split is ccp_alpha times the root's weight
+    est.penalized_objective_ = est.objective_ + float(est.ccp_alpha) * float(
+        tree.weighted_n_node_samples[0]) * (tree.n_nodes - tree.n_leaves)
     est.lower_bound_ = _nan_if_none(saved.lower_bound)
     est.gap_ = _nan_if_none(saved.gap)
     est.status_ = "unknown" if saved.status is None else saved.status
