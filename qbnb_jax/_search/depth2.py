@@ -183,6 +183,9 @@ class Depth2Search:
                 search.stats.capacity_history[q].append(self.capacity)
             children = []
             for b0 in range(0, frontier.size, self.capacity):  # bounded memory per block
+                if b0 and self.options.out_of_time():  # the rest keep their bounds
+                    children.append(frontier.take(slice(b0, None)))
+                    break
                 block = frontier.take(slice(b0, b0 + self.capacity))
                 children.append((yield from self.step(block)))
             frontier = Frontier.concatenate(children)

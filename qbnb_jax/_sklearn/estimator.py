@@ -51,6 +51,8 @@ _PARAMETER_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a bool or an int in the range [0, inf)",
     ),
     "s": (lambda v: _is_int(v) and v >= 2, "an int in the range [2, inf)"),
+    "max_gap": (lambda v: v is None or (_is_real(v) and 0 <= v <= 1),
+                "None or a float in the range [0, 1]"),
 }
 
 
@@ -166,12 +168,14 @@ class _BaseOptimalTree(BaseEstimator):
         time_limit: float | None = None,
         verbose: bool | int = False,
         s: int = 3,
+        max_gap: float | None = None,
     ) -> None:
         self.max_depth = max_depth
         self.bound = bound
         self.time_limit = time_limit
         self.verbose = verbose
         self.s = s
+        self.max_gap = max_gap
 
     # -- validation -------------------------------------------------------------
 
@@ -241,11 +245,12 @@ class _BaseOptimalTree(BaseEstimator):
             s=self.s,
             time_limit=_solver_time_limit(self.time_limit),
             progress=progress,
+            max_gap=None if self.max_gap is None else float(self.max_gap),
         )
         self._adopt(result, label_attrs)
         self._node_impurity = self._impurity_of_nodes(Xc, yc, wc)
         self._node_samples = self.tree_.node_sums(X, np.ones(len(X)))[:, 0].astype(np.int64)
-        if self.status_ != "optimal":
+        if self.status_ == "time_limit":
             warnings.warn(
                 f"{type(self).__name__} stopped with status {self.status_!r} before proving "
                 f"optimality: objective {self.objective_:.6g}, lower bound "
@@ -427,7 +432,8 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         is then ``"time_limit"`` and a `ConvergenceWarning` is issued. None means no
         limit.
     verbose : bool or int, default=False
-        Print one progress line per branch-and-bound iteration to stderr.
+        Print one progress line per branch-and-bound iteration (at depth 3 and deeper
+        also within one, as bounds are proved) to stderr.
     s : int, default=3
         How finely each root interval is cut per iteration (about s quantile
         pieces; see `qbnb_jax.solve`).
@@ -436,6 +442,10 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         trees do: ``{label: weight}``, or "balanced" for
         ``n_samples / (n_classes * count of the label)``. The tree is optimal for the
         weighted misclassification.
+    max_gap : float or None, default=None
+        Stop once the proved relative gap ``(objective - lower bound) / objective``
+        is at most this (0 to 1); `status_` is then ``"gap_limit"``. None solves to
+        optimality.
 
     Attributes
     ----------
@@ -461,7 +471,7 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
     gap_ : float
         The optimality gap reported by the solver (0 when optimal).
     status_ : str
-        ``"optimal"`` or ``"time_limit"``.
+        ``"optimal"``, ``"time_limit"`` or ``"gap_limit"``.
     n_iter_ : int
         Number of branch-and-bound iterations.
     solve_stats_ : dict
@@ -513,9 +523,10 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         verbose: bool | int = False,
         s: int = 3,
         class_weight: dict | str | None = None,
+        max_gap: float | None = None,
     ) -> None:
         super().__init__(max_depth=max_depth, bound=bound, time_limit=time_limit,
-                         verbose=verbose, s=s)
+                         verbose=verbose, s=s, max_gap=max_gap)
         self.class_weight = class_weight
 
     def __sklearn_tags__(self):
@@ -638,10 +649,15 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
         Stop after this many seconds and keep the best tree found so far; `status_`
         is then ``"time_limit"`` and a `ConvergenceWarning` is issued.
     verbose : bool or int, default=False
-        Print one progress line per branch-and-bound iteration to stderr.
+        Print one progress line per branch-and-bound iteration (at depth 3 and deeper
+        also within one, as bounds are proved) to stderr.
     s : int, default=3
         How finely each root interval is cut per iteration (about s quantile
         pieces; see `qbnb_jax.solve`).
+    max_gap : float or None, default=None
+        Stop once the proved relative gap ``(objective - lower bound) / objective``
+        is at most this (0 to 1); `status_` is then ``"gap_limit"``. None solves to
+        optimality.
 
     Attributes
     ----------
@@ -662,7 +678,7 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
     gap_ : float
         The optimality gap reported by the solver (0 when optimal).
     status_ : str
-        ``"optimal"`` or ``"time_limit"``.
+        ``"optimal"``, ``"time_limit"`` or ``"gap_limit"``.
     n_iter_ : int
         Number of branch-and-bound iterations.
     solve_stats_ : dict
