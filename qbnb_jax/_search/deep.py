@@ -125,7 +125,11 @@ class DeepSearch(Search):
         # A depth-(d-1) tree is a depth-d tree whose root sends every sample one way:
         # the side left of position n. Solved together with the greedy root's sides.
         all_key = (0, problem.n, LEFT)
-        self.solve_sides([all_key, (f, k, LEFT), (f, k, RIGHT)], [np.inf] * 3)
+        # Anytime: the incumbent (CART's tree) is a valid cutoff for all three, as for
+        # any side (the other side's floor is 0): a side that cannot beat it is not
+        # needed, and stops early with "at least the cutoff".
+        start = self.incumbent if self.options.anytime else np.inf
+        self.solve_sides([all_key, (f, k, LEFT), (f, k, RIGHT)], [start] * 3)
         all_lb, all_ub, all_splits = self.sides[all_key]
         self.offer(all_ub, all_splits)
         self.root_split(f, k)
@@ -208,18 +212,19 @@ class DeepSearch(Search):
         """
         f0, lo, hi, ends = frontier.root, frontier.lo, frontier.hi, frontier.ends
         swept = [self.tuple_cuts(int(lo[i]), int(hi[i])) for i in range(frontier.size)]
-        work = [(i, jj, int(f0[i]), int(self.problem.cut_pos[f0[i], t]))
-                for i, jj, t in self.work_order(swept)]
+        groups = [[(i, jj, int(f0[i]), int(self.problem.cut_pos[f0[i], t]))
+                   for i, jj, t in part[g0 : g0 + SIDE_GROUP]]
+                  for part in self.work_order(swept) for g0 in range(0, len(part), SIDE_GROUP)]
         prefix = [np.empty(len(cuts)) for cuts in swept]  # best left side at each cut
         suffix = [np.empty(len(cuts)) for cuts in swept]  # best right side
         solved = [np.zeros(len(cuts), dtype=bool) for cuts in swept]
         dead = np.zeros(frontier.size, dtype=bool)
         tuple_lb = frontier.lower_bound.copy()  # anytime: refined as cuts are solved
-        for g0 in range(0, len(work), SIDE_GROUP):
+        for group in groups:
             if self.options.out_of_time():
                 break
             dead |= ~self.can_improve(tuple_lb)
-            group = [item for item in work[g0 : g0 + SIDE_GROUP] if not dead[item[0]]]
+            group = [item for item in group if not dead[item[0]]]
             keys, cutoffs = [], []
             for i, _, r, k in group:
                 keys += [(r, k, LEFT), (r, k, RIGHT)]
@@ -252,22 +257,24 @@ class DeepSearch(Search):
             children.append(self.split_tuple(int(f0[i]), cuts, left, right))
         return RootFrontier.concatenate(children) if children else frontier.take(slice(0, 0))
 
-    def work_order(self, swept: list[np.ndarray]) -> list[tuple[int, int, int]]:
-        """`(tuple, cut index, cut)` in the order their sides are solved.
+    def work_order(self, swept: list[np.ndarray]) -> list[list[tuple[int, int, int]]]:
+        """`(tuple, cut index, cut)` in the order their sides are solved, in parts that
+        no group of sides crosses.
 
-        Tuple by tuple; anytime (docs/design.md, "Anytime behaviour"): the middle cut
-        of every tuple first, then the others round by round, so that every tuple has
-        a proved bound early in the iteration.
+        Tuple by tuple, one part; anytime (docs/design.md, "Anytime behaviour"): the
+        middle cut of every tuple first, then the others round by round, a part each,
+        so that every tuple has a proved bound early in the iteration.
         """
         if not self.options.anytime:
-            return [(i, jj, int(t)) for i, cuts in enumerate(swept) for jj, t in enumerate(cuts)]
+            return [[(i, jj, int(t)) for i, cuts in enumerate(swept)
+                     for jj, t in enumerate(cuts)]]
         rounds = [[] for _ in range(max((len(cuts) for cuts in swept), default=0))]
         for i, cuts in enumerate(swept):
             middle = len(cuts) // 2
             order = [middle] + [jj for jj in range(len(cuts)) if jj != middle]
             for r, jj in enumerate(order):
                 rounds[r].append((i, jj, int(cuts[jj])))
-        return [item for one in rounds for item in one]
+        return rounds
 
     def partial_bound(self, frontier: RootFrontier, i: int, cuts: np.ndarray,
                       left: np.ndarray, right: np.ndarray) -> float:
