@@ -18,9 +18,11 @@ from helpers import brute_force, partition_loss, random_problem, random_weights,
 
 from qbnb_jax._device.runner import SearchStopped
 from qbnb_jax._problem.data import make_problem
-from qbnb_jax._search import deep, state
+from qbnb_jax._search import deep, depth2, state
 from qbnb_jax._search.anytime import cart_splits, run_until
 from qbnb_jax._search.deep import DeepSearch
+from qbnb_jax._search.depth2 import solve_depth2
+from qbnb_jax._search.search import Search
 from qbnb_jax._search.solve import _make_result, solve
 from qbnb_jax._search.state import SearchOptions
 
@@ -112,28 +114,46 @@ class Ticks:
         return self.now
 
 
-def stopped_deep(X, y, w, task, depth, checks, s=3, progress=None):
-    """A deep search (anytime order) stopped at its `checks`-th time check, on this thread."""
+def stopped_deep(X, y, w, task, depth, checks, s=3, progress=None, **options):
+    """An anytime search stopped at its `checks`-th time check, on this thread."""
     state.time = Ticks()  # (monkeypatched by the caller)
     problem = make_problem(X, y, task=task, sample_weight=w)
     options = SearchOptions.make(bound="w0", s=s, time_limit=checks, start=0.0, anytime=True,
-                                 progress=progress)
+                                 progress=progress, **options)
     with jax.enable_x64(True):
-        search = DeepSearch(problem, options, depth=depth)
-        search.offer(*cart_splits(problem, depth))
-        search.solve_deep()
+        if depth == 2:
+            search = Search([problem], options)
+            search.offer(*cart_splits(problem, depth))
+            solve_depth2(search)
+        else:
+            search = DeepSearch(problem, options, depth=depth)
+            search.offer(*cart_splits(problem, depth))
+            search.solve_deep()
     return _make_result(search, depth)
+
+
+def raised_inside(infos: list[dict]) -> int:
+    """Progress reports inside an iteration (another of the same iteration follows)
+    whose bound is above the one reported at the end of the iteration before."""
+    raised, before = 0, 0.0
+    for info, after in zip(infos, infos[1:] + [None]):
+        if after is not None and after["iteration"] == info["iteration"]:
+            raised += info["lower_bound"] > before
+        else:
+            before = info["lower_bound"]
+    return raised
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_depth3_stopped_anywhere_has_valid_bounds(case, monkeypatch):
-    """Stopped at every time check in turn: bounds stay valid. And bounds above 0 are
-    proved (and reported) inside the first iteration, once every tuple has a solved cut."""
+    """Stopped at every time check in turn: bounds stay valid. And higher bounds are
+    proved (and reported) inside iterations: in the first, once every tuple has a
+    solved cut."""
     task, k, weights = case
     monkeypatch.setattr(state, "time", Ticks())
     rng = np.random.default_rng(seed_of("ticks", task, k, weights))
     monkeypatch.setattr(deep, "SIDE_GROUP", 2)  # several groups in an iteration
-    inside_first = 0
+    inside = 0
     for it in range(2):
         X, _, w = draw(task, k, weights, seed_of("ticks", task, k, weights, it), n=20, p=3)
         # labels without structure: an optimum far from 0, many iterations
@@ -147,9 +167,37 @@ def test_depth3_stopped_anywhere_has_valid_bounds(case, monkeypatch):
                 break
         infos = []
         stopped_deep(X, y, w, task, 3, 10**9, s=2 + it, progress=infos.append)
-        first = [info for info in infos if info["iteration"] == 1]
-        inside_first += sum(info["lower_bound"] > 0 for info in first[:-1])
-    assert inside_first > 0
+        inside += raised_inside(infos)
+    assert inside > 0
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_depth2_stopped_between_blocks_has_valid_bounds(case, monkeypatch):
+    """Blocks of one tuple: stopped at every time check in turn, bounds stay valid, and
+    higher bounds are proved and reported between the blocks of an iteration."""
+    task, k, weights = case
+    monkeypatch.setattr(state, "time", Ticks())
+    monkeypatch.setattr(depth2, "MAX_BLOCK_ELEMENTS", 1)  # one tuple per block
+    rng = np.random.default_rng(seed_of("blocks", task, k, weights))
+    inside = 0
+    for it in range(2):
+        X, _, w = draw(task, k, weights, seed_of("blocks", task, k, weights, it), n=60, p=4)
+        y = rng.integers(0, k, 60) if task == "classification" else rng.normal(size=(60, k))
+        want = brute_force(X, y, w, task=task, depth=2)
+        tol = slack(task, weights, want, y, w)
+        for checks in range(1, 80):
+            res = stopped_deep(X, y, w, task, 2, checks, capacity=1)
+            check_stopped(res, X, y, w, task, 2, want, tol)
+            if res.status == "optimal":
+                break
+        infos = []
+        stopped_deep(X, y, w, task, 2, 10**9, capacity=1, progress=infos.append)
+        inside += raised_inside(infos)
+        for max_gap in (0.0, 0.3):
+            res = stopped_deep(X, y, w, task, 2, 10**9, capacity=1, max_gap=max_gap)
+            check_stopped(res, X, y, w, task, 2, want, tol)
+            assert res.gap <= max_gap * res.objective + tol
+    assert inside > 0
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -294,11 +294,9 @@ class DeepSearch(Search):
         return float(piece_lb[is_open].min(initial=np.inf))
 
     def record_bound(self, tuple_lb: np.ndarray) -> None:
-        """Record a proved bound found inside an iteration from the alive tuples'
-        bounds `tuple_lb`, and report it."""
-        inc = self.incumbents
-        lower = min(inc.value[0], float(tuple_lb.min(initial=np.inf))) - float(inc.tolerance(0))
-        inc.lower_bound[0] = max(inc.lower_bound[0], lower)
+        """Record and report a bound proved inside an iteration from the alive tuples'
+        bounds `tuple_lb`."""
+        self.record_bounds(tuple_lb, np.zeros(len(tuple_lb), dtype=np.int64))
         self.report(tuple_lb)
 
     def tuple_cuts(self, lo: int, hi: int) -> np.ndarray:

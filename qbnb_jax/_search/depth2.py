@@ -46,6 +46,7 @@ W1_MAX_SHARE = 8  # W1 refines only pieces with at most n / 8 samples
 # bounded however many features there are. With few features that allows thousands of
 # tuples, which lets the problem-lane sweep take a batch's first iteration whole.
 MAX_BLOCK_ELEMENTS = 1 << 20
+REPORT_EVERY = 0.5  # seconds between progress reports inside an anytime iteration
 
 
 class KernelRequest(NamedTuple):
@@ -137,6 +138,7 @@ class Depth2Search:
         if tables.stump_loss is not None:
             self.stumps = tables.stump_loss, tables.stump_position
         self.n_samples = np.array([pr.n for pr in problems])
+        self.reported = 0.0  # elapsed seconds at the last report inside an iteration
 
     # -- driver -------------------------------------------------------------------------
     def run(self) -> None:
@@ -183,14 +185,28 @@ class Depth2Search:
                 search.stats.capacity_history[q].append(self.capacity)
             children = []
             for b0 in range(0, frontier.size, self.capacity):  # bounded memory per block
-                if b0 and self.options.out_of_time():  # the rest keep their bounds
-                    children.append(frontier.take(slice(b0, None)))
+                if b0 and (self.options.out_of_time()
+                           or self.options.anytime and self.bound_inside(children, frontier, b0)):
+                    children.append(frontier.take(slice(b0, None)))  # they keep their bounds
                     break
                 block = frontier.take(slice(b0, b0 + self.capacity))
                 children.append((yield from self.step(block)))
             frontier = Frontier.concatenate(children)
             search.report(frontier.lower_bound, frontier.problem)
         self.incumbents.prove_optimal(np.arange(n_problems))
+
+    def bound_inside(self, children: list[Frontier], frontier: Frontier, b0: int) -> bool:
+        """Anytime, between blocks: record (and at most every REPORT_EVERY seconds,
+        report) the bound of the children so far and the tuples from `b0` on; True
+        when that meets `max_gap`."""
+        search = self.search
+        lower = np.concatenate([c.lower_bound for c in children] + [frontier.lower_bound[b0:]])
+        problem = np.concatenate([c.problem for c in children] + [frontier.problem[b0:]])
+        search.record_bounds(lower, problem)
+        if search.elapsed() >= self.reported + REPORT_EVERY:
+            self.reported = search.elapsed()
+            search.report(lower, problem)
+        return search.gap_reached(np.unique(problem))
 
     # -- the greedy start -----------------------------------------------------------------
     def greedy(self):

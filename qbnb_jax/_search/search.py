@@ -120,6 +120,17 @@ class Search:
         self.stats.count_iteration(live, frontier)
         return True
 
+    def record_bounds(self, tuple_lb: np.ndarray, problem_of: np.ndarray) -> None:
+        """Record bounds proved inside an iteration: every tree a problem can still
+        improve with lies in one of its tuples `tuple_lb` (children of the tuples done,
+        and the tuples not reached yet)."""
+        inc = self.incumbents
+        best = np.full(self.n_problems, np.inf)
+        np.minimum.at(best, problem_of, tuple_lb)
+        every = np.arange(self.n_problems)
+        inc.lower_bound[:] = np.maximum(
+            inc.lower_bound, np.minimum(inc.value, best) - inc.tolerance(every))
+
     def gap_reached(self, live: np.ndarray) -> bool:
         """Whether problems `live` all have a proved gap within `max_gap` (status
         "gap_limit" then): `incumbent - lower bound <= max_gap * incumbent`."""
