@@ -100,6 +100,11 @@ def test_anytime_path_is_exact(case, depth):
                     s=2 + it)
         assert res.status == "optimal"
         check_stopped(res, X, y, w, task, depth, want, tol)
+        if depth == 3:  # the appendix route from CART's start
+            res = solve(X, y, task=task, depth=3, sample_weight=w, time_limit=600,
+                        route="appendix")
+            assert res.status == "optimal"
+            check_stopped(res, X, y, w, task, depth, want, tol)
 
 
 class Ticks:

@@ -17,28 +17,26 @@ import numpy as np
 
 from qbnb_jax._device.runner import SearchStopped, set_stop_event
 from qbnb_jax._problem.data import Problem
-from qbnb_jax._problem.host import best_stump
-from qbnb_jax._search.search import stump_splits
+from qbnb_jax._problem.host import best_stump, position_threshold
 
 
-def cart_splits(problem: Problem, depth: int, mask: np.ndarray | None = None):
+def cart_splits(problem: Problem, depth: int):
     """`(loss, spec)` of CART's tree: the best stump, then CART of depth - 1 per side.
 
-    The loss is in the problem's own units, as the searches' incumbents are.
+    The loss is in the problem's own units, as the searches' incumbents are. Each side
+    is a `Problem.compact` subset, so a level costs one pass over the samples.
     """
-    if mask is None:
-        mask = np.ones(problem.n, dtype=bool)
-    if depth == 1:
-        return stump_splits(problem, mask)
-    _, f, k = best_stump(problem, mask)
-    left = mask & (problem.rank[f] < k)
-    right = mask & ~left
-    if not left.any() or not right.any():  # no split helps: the stump's leaves are final
-        return stump_splits(problem, mask)
-    left_loss, left_spec = cart_splits(problem, depth - 1, left)
-    right_loss, right_spec = cart_splits(problem, depth - 1, right)
-    _, threshold_spec = stump_splits(problem, mask, f)
-    return left_loss + right_loss, (f, threshold_spec[1], left_spec, right_spec)
+    loss, f, k = best_stump(problem, np.ones(problem.n, dtype=bool))
+    threshold = position_threshold(problem, f, k)
+    left = problem.rank[f] < k
+    if depth == 1 or left.all() or not left.any():  # no split helps: a stump is final
+        return loss, (f, threshold, None, None)
+    sides = []
+    for mask in (left, ~left):
+        side = problem.compact(mask)
+        sides.append(cart_splits(side, depth - 1) if side.n else (0.0, None))
+    (left_loss, left_spec), (right_loss, right_spec) = sides
+    return left_loss + right_loss, (f, threshold, left_spec, right_spec)
 
 
 def quiet_after(stop: threading.Event, progress: Callable[[dict], None]
@@ -71,7 +69,9 @@ def run_until(work: Callable[[], None], deadline: float, stop: threading.Event) 
         except BaseException as exc:  # handed to the caller, if still waiting
             failure.append(exc)
 
-    worker = threading.Thread(target=target, name="qbnb-search", daemon=True)
+    # Not a daemon: at exit Python waits for it (its next check, or a compile under
+    # way) rather than killing it inside XLA, which aborts the process.
+    worker = threading.Thread(target=target, name="qbnb-search")
     worker.start()
     finished = False
     try:
