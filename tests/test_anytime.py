@@ -277,3 +277,42 @@ def test_estimator_max_gap():
     assert clf.objective_ - clf.lower_bound_ <= clf.objective_
     with pytest.raises(ValueError, match="max_gap"):
         OptimalTreeClassifier(max_gap=2.0).fit(X, y)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("case", CASES)
+def test_initial_tree(case, depth):
+    """A user's tree is the first incumbent: an optimal one comes back (from a tiny
+    limit too, and proved optimal without one); scikit-learn's trees are taken."""
+    from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+
+    task, k, weights = case
+    X, y, w = draw(task, k, weights, seed_of("initial", task, k, weights, depth))
+    X = np.round(X * 4) / 4  # float32-exact: scikit-learn routes as the solver does
+    want = brute_force(X, y, w, task=task, depth=depth)
+    tol = slack(task, weights, want, y, w)
+    best = solve(X, y, task=task, depth=depth, sample_weight=w)
+    res = solve(X, y, task=task, depth=depth, sample_weight=w, time_limit=1e-3,
+                initial_tree=best)
+    check_stopped(res, X, y, w, task, depth, want, tol)
+    assert res.objective <= best.objective + tol
+    res = solve(X, y, task=task, depth=depth, sample_weight=w, initial_tree=best.tree)
+    assert res.status == "optimal" and abs(res.objective - want) <= tol
+    cls = DecisionTreeClassifier if task == "classification" else DecisionTreeRegressor
+    cart = cls(max_depth=depth, random_state=0).fit(X, y, sample_weight=w)
+    own = partition_loss(cart.apply(X), y, w, task)
+    res = solve(X, y, task=task, depth=depth, sample_weight=w, time_limit=1e-3,
+                initial_tree=cart)
+    check_stopped(res, X, y, w, task, depth, want, tol)
+    assert res.objective <= own + tol
+
+
+def test_initial_tree_bad_input():
+    X, y, _ = draw("classification", 2, "ones", seed_of("initial-bad"), n=40, p=3)
+    deep3 = solve(X, y, task="classification", depth=3)
+    with pytest.raises(ValueError, match="initial_tree"):
+        solve(X, y, task="classification", depth=2, initial_tree=deep3.tree)
+    with pytest.raises(ValueError, match="initial_tree"):
+        solve(X[:, :1], y, task="classification", depth=3, initial_tree=deep3.tree)
+    with pytest.raises(ValueError, match="initial_tree"):
+        solve(X, y, task="classification", depth=2, initial_tree="a tree")

@@ -2,7 +2,8 @@
 
 `cart_splits` builds CART's greedy tree of the solve's depth on the host (numpy stump
 searches only), the first incumbent of a solve with a `time_limit` or `max_gap`: even a
-limit shorter than compiling the kernels returns a real tree. `run_until` runs the
+limit shorter than compiling the kernels returns a real tree. `user_splits` makes a
+user's `initial_tree` an incumbent. `run_until` runs the
 search on a worker thread and returns at the deadline whatever the worker is doing
 (compiling cannot be interrupted); see docs/design.md, "Anytime behaviour".
 """
@@ -17,7 +18,7 @@ import numpy as np
 
 from qbnb_jax._device.runner import SearchStopped, set_stop_event
 from qbnb_jax._problem.data import Problem
-from qbnb_jax._problem.host import best_stump, position_threshold
+from qbnb_jax._problem.host import best_stump, build_tree, leaf_loss_np, position_threshold
 
 
 def cart_splits(problem: Problem, depth: int):
@@ -37,6 +38,39 @@ def cart_splits(problem: Problem, depth: int):
         sides.append(cart_splits(side, depth - 1) if side.n else (0.0, None))
     (left_loss, left_spec), (right_loss, right_spec) = sides
     return left_loss + right_loss, (f, threshold, left_spec, right_spec)
+
+
+def user_splits(problem: Problem, tree, depth: int):
+    """`(loss, spec)` of a user's tree: a `Tree`, a `SolveResult` or a fitted tree
+    estimator (ours or scikit-learn's), routed as the solver routes (`x[f] <= t`).
+
+    Its loss is that of its routing with the best leaf values, in the problem's units.
+    """
+    arrays = tree
+    for name in ("tree_", "tree"):  # a fitted estimator, or a `SolveResult`
+        arrays = getattr(arrays, name, arrays)
+    try:
+        left, right, feature, threshold = (np.asarray(getattr(arrays, name)) for name in (
+            "children_left", "children_right", "feature", "threshold"))
+    except AttributeError:
+        raise ValueError("initial_tree must be a Tree or a fitted tree estimator; got "
+                         f"{type(tree).__name__}.") from None
+
+    def spec(node: int, level: int):
+        if left[node] < 0 or left[node] == right[node]:
+            return None
+        f = int(feature[node])
+        if level == depth or not 0 <= f < problem.p:
+            raise ValueError(f"initial_tree must have depth at most {depth} and split on "
+                             f"features 0 to {problem.p - 1}.")
+        return (f, float(threshold[node]), spec(int(left[node]), level + 1),
+                spec(int(right[node]), level + 1))
+
+    splits = spec(0, 0)
+    leaf_of = build_tree(problem, splits).apply(problem.X)
+    sums = np.zeros((int(leaf_of.max()) + 1, problem.stats.shape[1]))
+    np.add.at(sums, leaf_of, problem.stats)
+    return float(leaf_loss_np(sums, problem.loss_kind).sum()), splits
 
 
 def quiet_after(stop: threading.Event, progress: Callable[[dict], None]

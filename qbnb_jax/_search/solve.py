@@ -21,7 +21,7 @@ from qbnb_jax._device.runner import COUNTER_NAMES, Counters
 from qbnb_jax._problem.data import make_problem
 from qbnb_jax._problem.host import build_tree, tree_objective
 from qbnb_jax._problem.tree import Tree
-from qbnb_jax._search.anytime import cart_splits, quiet_after, run_until
+from qbnb_jax._search.anytime import cart_splits, quiet_after, run_until, user_splits
 from qbnb_jax._search.appendix import AppendixSearch
 from qbnb_jax._search.deep import DeepSearch
 from qbnb_jax._search.depth2 import solve_depth2
@@ -120,6 +120,7 @@ def solve(
     initial_capacity: int | None = None,
     route: str = "recursion",
     max_gap: float | None = None,
+    initial_tree=None,
 ) -> SolveResult:
     """Find a provably optimal decision tree of the given depth.
 
@@ -151,6 +152,10 @@ def solve(
       bound `"w0"` only). Both are exact; docs/benchmarks.md compares their times.
     - `max_gap`: stop with status `"gap_limit"` once `objective - lower_bound <= max_gap *
       objective` is proved (a relative gap, 0 to 1; None: solve to optimality).
+    - `initial_tree`: a tree to start from (a `Tree`, a `SolveResult`'s `tree`, or a
+      fitted tree estimator, ours or scikit-learn's), of at most `depth` levels: the
+      first incumbent, returned when nothing better is found (routed `x[f] <= t`, with
+      the best leaf values for this data).
 
     **Returns:** a `SolveResult`.
 
@@ -188,6 +193,8 @@ def solve(
             search = DeepSearch(problem, options, depth=depth)
     if anytime:  # the first incumbent, before any device work
         search.offer(*cart_splits(problem, depth))
+    if initial_tree is not None:
+        search.offer(*user_splits(problem, initial_tree, depth))
 
     def work() -> None:
         with jax.enable_x64(True):  # a per-thread setting
