@@ -3,9 +3,9 @@
 `cart_splits` builds CART's greedy tree of the solve's depth on the host (numpy stump
 searches only), the first incumbent of a solve with a `time_limit` or `max_gap`: even a
 limit shorter than compiling the kernels returns a real tree. `user_splits` makes a
-user's `initial_tree` an incumbent. `run_until` runs the
-search on a worker thread and returns at the deadline whatever the worker is doing
-(compiling cannot be interrupted); see docs/design.md, "Anytime behaviour".
+user's `initial_tree` an incumbent. `run_until` runs the search on a worker thread and
+returns at the deadline whatever the worker is doing (compiling cannot be
+interrupted); see docs/design.md, "Anytime behaviour".
 """
 
 from __future__ import annotations
