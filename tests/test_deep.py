@@ -5,9 +5,14 @@ stops is checked by counting its work, with a limit that has passed before the f
 check, so the count is the same on any machine under any load.
 """
 
+import jax
 import numpy as np
 
 from qbnb_jax import solve
+from qbnb_jax._problem.data import make_problem
+from qbnb_jax._search.deep import DeepSearch
+from qbnb_jax._search.solve import _make_result
+from qbnb_jax._search.state import SearchOptions
 
 
 def _noisy_problem(n=3000, p=6, seed=0):
@@ -27,6 +32,16 @@ def test_depth3_time_limit_returns_a_bracket():
     # stopped early: the full solve takes 6 iterations and 2,837 subtree solves (a busy
     # machine only does fewer in the second)
     assert res.stats["iterations"] < 6 and res.stats["subproblems"] < 500, res.stats
+
+
+def expired_deep(X, y, depth: int):
+    """The search itself, on this thread, with a limit passed before it began (`solve`
+    returns at its deadline and leaves its worker to stop at the same checks)."""
+    options = SearchOptions.make(bound="w0", s=3, time_limit=1e-9)
+    with jax.enable_x64(True):
+        search = DeepSearch(make_problem(X, y, task="classification"), options, depth=depth)
+        search.solve_deep()
+    return _make_result(search, depth)
 
 
 def check_stopped_at_once(res, depth: int, sides: int) -> None:
@@ -49,7 +64,7 @@ def test_depth3_expired_limit_stops_nested_searches_at_once():
     sides of the greedy root) stop before their first iteration too, so they sweep
     only their greedy start (a sweep per problem and feature) and nothing else."""
     X, y = _noisy_problem()
-    res = solve(X, y, task="classification", depth=3, time_limit=1e-9)
+    res = expired_deep(X, y, 3)
     check_stopped_at_once(res, 3, sides=3)
     p = X.shape[1]
     assert res.stats["rows_evaluated"] <= 3 * p, res.stats["rows_evaluated"]
@@ -118,5 +133,4 @@ def test_depth4_expired_limit_stops_nested_searches_at_once():
     depth-3 sides of the greedy start stop after their own greedy start (three depth-2
     sides each, which stop at once too): at most 3 + 3 * 3 subtree solves."""
     X, y = _noisy_problem(n=1500, p=4, seed=3)
-    res = solve(X, y, task="classification", depth=4, time_limit=1e-9)
-    check_stopped_at_once(res, 4, sides=12)
+    check_stopped_at_once(expired_deep(X, y, 4), 4, sides=12)

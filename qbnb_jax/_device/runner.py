@@ -61,6 +61,28 @@ GRID_ADVANTAGE = 16
 _COMPILED: dict[tuple, object] = {}
 _COMPILE_LOCK = threading.Lock()
 _COUNTER_LOCK = threading.Lock()
+# The stop event of the search running on this thread (`_search/anytime.py`), if any.
+_STOP = threading.local()
+
+
+class SearchStopped(Exception):
+    """Raised inside a search whose caller stopped waiting for it (its deadline)."""
+
+
+def set_stop_event(event: threading.Event | None) -> None:
+    """Sweeps issued from this thread raise `SearchStopped` once `event` is set."""
+    _STOP.event = event
+
+
+def _stop_check():
+    """A check for the calling thread's stop event, to run before each kernel call
+    (also from the pool's threads, which have no event of their own)."""
+    event = getattr(_STOP, "event", None)
+
+    def check() -> None:
+        if event is not None and event.is_set():
+            raise SearchStopped
+    return check
 
 
 def _shardings():
@@ -253,6 +275,7 @@ class KernelRunner:
             data = self._replicated(shardings[1], data)
         # One call's rows: a cache-sized chunk per device.
         chunk = self._chunk(cut_block, length, rows // jax.device_count()) * jax.device_count()
+        stop = _stop_check()
 
         def place(rows_of_call: tuple[np.ndarray, ...]):
             if shardings is None:
@@ -270,9 +293,11 @@ class KernelRunner:
                 np.pad(a, (0, padded_rows - rows)).astype(np.int32) for a in row_arrays
             ] + [np.pad(block, ((0, padded_rows - rows), (0, 0))).astype(np.int32)]
             first = (data, *place(tuple(a[:chunk] for a in padded)))
+            stop()
             exe = self._executable(name, fn, first, extra_statics)
 
             def run_chunk(r0: int, exe=exe, padded=padded, c0=c0, width=width) -> None:
+                stop()
                 r1 = min(rows, r0 + chunk)
                 args = tuple(a[r0 : r0 + chunk] for a in padded)
                 start = time.perf_counter()
@@ -404,7 +429,11 @@ class KernelRunner:
         flat = (((plan.column[:, None] * slots + plan.slot[:, None]) * width + cut_index)
                 * lanes + plan.lane[:, None])
 
+        stop = _stop_check()
+        stop()
+
         def run_block(b: int) -> None:
+            stop()
             args = (plan.first[b], slot_f0, plan.feature, lane_cuts[b])
             start = time.perf_counter()
             pre, suf = (np.asarray(a) for a in exe(data, *args[:3], place(lane_cuts[b], 2)))

@@ -146,7 +146,11 @@ class DeepSearch(Search):
         # A depth-(d-1) tree is a depth-d tree whose root sends every sample one way:
         # the side left of position n. Solved together with the greedy root's sides.
         all_key = (0, problem.n, LEFT)
-        self.solve_sides([all_key, (f, k, LEFT), (f, k, RIGHT)], [np.inf] * 3)
+        # Anytime: the incumbent (CART's tree) is a valid cutoff for all three, as for
+        # any side (the other side's floor is 0): a side that cannot beat it is not
+        # needed, and stops early with "at least the cutoff".
+        start = self.incumbent if self.options.anytime else np.inf
+        self.solve_sides([all_key, (f, k, LEFT), (f, k, RIGHT)], [start] * 3)
         all_lb, all_ub, all_splits = self.sides[all_key]
         self.offer(all_ub, all_splits)
         self.root_split(f, k)
@@ -257,45 +261,100 @@ class DeepSearch(Search):
         Root cuts are processed in groups of SIDE_GROUP whose sides are solved together;
         after each group the incumbent (and so the next group's cutoff) improves, and
         tuples whose bound no longer beats it are dropped.
-        Past the time limit the remaining tuples are kept as they are (with their bound
-        from the previous iteration), so the reported lower bound stays valid.
+        Past the time limit the remaining cuts are left unsolved: a tuple is split at
+        the cuts solved so far (none: it is kept as it is, with its bound from the
+        previous iteration), so the reported lower bound stays valid. A group during
+        which time ran out counts as unsolved: one of its sides may have stopped early.
         """
         f0, lo, hi, ends = frontier.root, frontier.lo, frontier.hi, frontier.ends
         swept = [self.tuple_cuts(int(lo[i]), int(hi[i])) for i in range(frontier.size)]
-        work = [(i, jj, int(f0[i]), int(self.problem.cut_pos[f0[i], t]))
-                for i in range(frontier.size) for jj, t in enumerate(swept[i])]
+        groups = [[(i, jj, int(f0[i]), int(self.problem.cut_pos[f0[i], t]))
+                   for i, jj, t in part[g0 : g0 + SIDE_GROUP]]
+                  for part in self.work_order(swept) for g0 in range(0, len(part), SIDE_GROUP)]
         prefix = [np.empty(len(cuts)) for cuts in swept]  # best left side at each cut
         suffix = [np.empty(len(cuts)) for cuts in swept]  # best right side
-        done = 0  # root cuts evaluated (or dropped with their tuple), in order
+        solved = [np.zeros(len(cuts), dtype=bool) for cuts in swept]
         dead = np.zeros(frontier.size, dtype=bool)
-        for g0 in range(0, len(work), SIDE_GROUP):
+        tuple_lb = frontier.lower_bound.copy()  # anytime: refined as cuts are solved
+        for group in groups:
             if self.options.out_of_time():
                 break
-            dead |= ~self.can_improve(frontier.lower_bound)
-            group = [item for item in work[g0 : g0 + SIDE_GROUP] if not dead[item[0]]]
-            done += SIDE_GROUP
+            dead |= ~self.can_improve(tuple_lb)
+            group = [item for item in group if not dead[item[0]]]
             keys, cutoffs = [], []
             for i, _, r, k in group:
                 keys += [(r, k, LEFT), (r, k, RIGHT)]
                 cutoffs += [self.incumbent - self.options.penalty - ends[i, 3],
                             self.incumbent - ends[i, 0]]
             self.solve_sides(keys, cutoffs)
+            complete = not self.options.out_of_time()
             for i, jj, r, k in group:
                 prefix[i][jj], suffix[i][jj] = self.root_split(r, k)
+                solved[i][jj] = complete
                 for which in (LEFT, RIGHT):  # a cut is evaluated once: its trees go
                     lb, ub, _ = self.sides[r, k, which]
                     self.sides[r, k, which] = (lb, ub, None)
-        done = min(done, len(work))
-        last = np.cumsum([len(cuts) for cuts in swept])
-        finished = int(np.searchsorted(last, done, side="right"))  # tuples fully evaluated
+            if self.options.anytime and complete and group:
+                for i in {item[0] for item in group}:
+                    tuple_lb[i] = max(tuple_lb[i], self.partial_bound(
+                        frontier, i, swept[i][solved[i]], prefix[i][solved[i]],
+                        suffix[i][solved[i]]))
+                self.record_bound(tuple_lb[~dead])
+                if self.gap_reached(np.zeros(1, dtype=np.int64)):
+                    break
         children = []
-        for i in np.nonzero(~dead[:finished])[0]:
-            cuts = np.concatenate([[lo[i] - 1], swept[i], [hi[i] + 1]])
-            left = np.concatenate([[ends[i, 0]], prefix[i], [ends[i, 2]]])
-            right = np.concatenate([[ends[i, 1]], suffix[i], [ends[i, 3]]])
+        for i in np.nonzero(~dead)[0]:
+            if not solved[i].any():
+                children.append(frontier.take([i]))
+                continue
+            at = solved[i]
+            cuts = np.concatenate([[lo[i] - 1], swept[i][at], [hi[i] + 1]])
+            left = np.concatenate([[ends[i, 0]], prefix[i][at], [ends[i, 2]]])
+            right = np.concatenate([[ends[i, 1]], suffix[i][at], [ends[i, 3]]])
             children.append(self.split_tuple(int(f0[i]), cuts, left, right))
-        children.append(frontier.take(slice(finished, None)))
-        return RootFrontier.concatenate(children)
+        return RootFrontier.concatenate(children) if children else frontier.take(slice(0, 0))
+
+    def work_order(self, swept: list[np.ndarray]) -> list[list[tuple[int, int, int]]]:
+        """`(tuple, cut index, cut)` in the order their sides are solved, in parts that
+        no group of sides crosses.
+
+        Tuple by tuple, one part; anytime (docs/design.md, "Anytime behaviour"): the
+        middle cut of every tuple first, then the others round by round, a part each,
+        so that every tuple has a proved bound early in the iteration.
+        """
+        if not self.options.anytime:
+            return [[(i, jj, int(t)) for i, cuts in enumerate(swept)
+                     for jj, t in enumerate(cuts)]]
+        rounds = [[] for _ in range(max((len(cuts) for cuts in swept), default=0))]
+        for i, cuts in enumerate(swept):
+            middle = len(cuts) // 2
+            order = [middle] + [jj for jj in range(len(cuts)) if jj != middle]
+            for r, jj in enumerate(order):
+                rounds[r].append((i, jj, int(cuts[jj])))
+        return rounds
+
+    def partial_bound(self, frontier: RootFrontier, i: int, cuts: np.ndarray,
+                      left: np.ndarray, right: np.ndarray) -> float:
+        """A bound of tuple i's trees from the sides at some of its cuts (`cuts`,
+        ascending, with the best sides or their bounds `left`, `right`): the least
+        piece bound of `split_tuple` over the pieces with a root cut still open. The
+        trees at the solved cuts were evaluated (offered, or no better than the
+        incumbent)."""
+        lo, hi, ends = frontier.lo[i], frontier.hi[i], frontier.ends[i]
+        cuts = np.concatenate([[lo - 1], cuts, [hi + 1]])
+        left = np.concatenate([[ends[0]], left, [ends[2]]])
+        right = np.concatenate([[ends[1]], right, [ends[3]]])
+        slack_left = self.problem.slack_left[frontier.root[i]]
+        width = slack_left[cuts[1:]] - slack_left[cuts[:-1]]
+        piece_lb = np.maximum(left[:-1] + right[1:], left[1:] + right[:-1] - width)
+        is_open = cuts[1:] - cuts[:-1] >= 2
+        return float(piece_lb[is_open].min(initial=np.inf))
+
+    def record_bound(self, tuple_lb: np.ndarray) -> None:
+        """Record and report a bound proved inside an iteration from the alive tuples'
+        bounds `tuple_lb`."""
+        self.record_bounds(tuple_lb, np.zeros(len(tuple_lb), dtype=np.int64))
+        self.report(tuple_lb)
 
     def tuple_cuts(self, lo: int, hi: int) -> np.ndarray:
         """Root cuts of a tuple this iteration: s spread evenly inside its ends.

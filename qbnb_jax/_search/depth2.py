@@ -54,6 +54,7 @@ W1_MAX_SHARE = 8  # W1 refines only pieces with at most n / 8 samples
 # bounded however many features there are. With few features that allows thousands of
 # tuples, which lets the problem-lane sweep take a batch's first iteration whole.
 MAX_BLOCK_ELEMENTS = 1 << 20
+REPORT_EVERY = 0.5  # seconds between progress reports inside an anytime iteration
 
 
 class KernelRequest(NamedTuple):
@@ -151,6 +152,7 @@ class Depth2Search:
         self.leaf_sides = search.leaf_sides
         self.pruned = bool(self.penalty) or self.leaf_sides is not None  # nodes may stay leaves
         self.leaves = SideLeaves(problems) if self.pruned else None
+        self.reported = 0.0  # elapsed seconds at the last report inside an iteration
 
     # -- driver -------------------------------------------------------------------------
     def run(self) -> None:
@@ -214,6 +216,10 @@ class Depth2Search:
                 search.stats.capacity_history[q].append(self.capacity)
             children = []
             for b0 in range(0, frontier.size, self.capacity):  # bounded memory per block
+                if b0 and (self.options.out_of_time()
+                           or self.options.anytime and self.bound_inside(children, frontier, b0)):
+                    children.append(frontier.take(slice(b0, None)))  # they keep their bounds
+                    break
                 block = frontier.take(slice(b0, b0 + self.capacity))
                 children.append((yield from self.step(block)))
             frontier = Frontier.concatenate(children)
@@ -239,6 +245,19 @@ class Depth2Search:
         ends[:, 1] -= (wl[q, f0, np.maximum(lo - 1, 0)] - wl[q, f0, 0])[:, None]
         ends[:, 2] -= (wl[q, f0, last] - wl[q, f0, np.minimum(hi + 1, last)])[:, None]
         return frontier._replace(lo=lo, hi=hi, ends=ends)
+
+    def bound_inside(self, children: list[Frontier], frontier: Frontier, b0: int) -> bool:
+        """Anytime, between blocks: record (and at most every REPORT_EVERY seconds,
+        report) the bound of the children so far and the tuples from `b0` on; True
+        when that meets `max_gap`."""
+        search = self.search
+        lower = np.concatenate([c.lower_bound for c in children] + [frontier.lower_bound[b0:]])
+        problem = np.concatenate([c.problem for c in children] + [frontier.problem[b0:]])
+        search.record_bounds(lower, problem)
+        if search.elapsed() >= self.reported + REPORT_EVERY:
+            self.reported = search.elapsed()
+            search.report(lower, problem)
+        return search.gap_reached(np.unique(problem))
 
     # -- the greedy start -----------------------------------------------------------------
     def greedy(self):

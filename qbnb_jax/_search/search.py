@@ -117,11 +117,38 @@ class Search:
         best = np.full(n_problems, np.inf)
         np.minimum.at(best, problem_of, tuple_lb)
         live = np.nonzero(frontier)[0]
-        inc.lower_bound[live] = np.minimum(inc.value[live], best[live]) - inc.tolerance(live)
+        # proved bounds only grow: one found inside the last iteration may be the best
+        inc.lower_bound[live] = np.maximum(
+            inc.lower_bound[live], np.minimum(inc.value[live], best[live]) - inc.tolerance(live))
         if self.options.out_of_time():
             self.stats.timed_out[live] = True
             return False
+        if self.gap_reached(live):
+            return False
         self.stats.count_iteration(live, frontier)
+        return True
+
+    def record_bounds(self, tuple_lb: np.ndarray, problem_of: np.ndarray) -> None:
+        """Record bounds proved inside an iteration: every tree a problem can still
+        improve with lies in one of its tuples `tuple_lb` (children of the tuples done,
+        and the tuples not reached yet)."""
+        inc = self.incumbents
+        best = np.full(self.n_problems, np.inf)
+        np.minimum.at(best, problem_of, tuple_lb)
+        every = np.arange(self.n_problems)
+        inc.lower_bound[:] = np.maximum(
+            inc.lower_bound, np.minimum(inc.value, best) - inc.tolerance(every))
+
+    def gap_reached(self, live: np.ndarray) -> bool:
+        """Whether problems `live` all have a proved gap within `max_gap` (status
+        "gap_limit" then): `incumbent - lower bound <= max_gap * incumbent`."""
+        max_gap, inc = self.options.max_gap, self.incumbents
+        if max_gap is None or not len(live):
+            return False
+        gap = inc.value[live] - inc.lower_bound[live]
+        if not (gap <= max_gap * np.abs(inc.value[live])).all():
+            return False
+        self.stats.gap_reached[live] = True
         return True
 
     def report(self, tuple_lb: np.ndarray, problem_of: np.ndarray | None = None) -> None:

@@ -8,6 +8,7 @@ depth-2 (or deeper) searches on subsets of the same arrays.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from qbnb_jax._problem.host import build_tree, tree_objective
 from qbnb_jax._problem.leaf_limits import leaf_limits
 from qbnb_jax._problem.missing import original_tree
 from qbnb_jax._problem.tree import Tree
+from qbnb_jax._search.anytime import cart_splits, quiet_after, run_until, user_splits
 from qbnb_jax._search.appendix import AppendixSearch
 from qbnb_jax._search.budget import NO_LIMIT, AlternativesSearch, allocations
 from qbnb_jax._search.deep import DeepSearch
@@ -49,7 +51,8 @@ class SolveResult:
       on the optimal penalised objective).
     - `gap`: `objective - lower_bound` (0 for an exact classification optimum; at most
       the pruning tolerance for regression and fractional weights).
-    - `status`: `"optimal"` or `"time_limit"`.
+    - `status`: `"optimal"`, `"time_limit"` (stopped by `time_limit`) or `"gap_limit"`
+      (stopped by `max_gap` with a proved gap within it).
     - `stats`: iterations, frontier size per iteration, compile and solve seconds, ...
     - `classes`: the original labels (classification), in `tree.value` column order.
     - `penalized_objective`: what was minimised, `objective + ccp_alpha * W * splits`
@@ -166,6 +169,8 @@ def solve(
     min_weight_fraction_leaf: float = 0.0,
     ccp_alpha: float = 0.0,
     max_leaf_nodes: int | None = None,
+    max_gap: float | None = None,
+    initial_tree=None,
 ) -> SolveResult:
     """Find a provably optimal decision tree of the given depth.
 
@@ -183,8 +188,11 @@ def solve(
       or `"l2"` (exhaustive), as in the paper's section 3.
     - `s`: how finely each root interval is cut per iteration: s + 1 swept cuts (s + 2
       pieces) at depth 2, s cuts (s + 1 pieces) over the root of deeper trees.
-    - `time_limit`: seconds (None or inf: no limit); when exceeded the best tree so far
-      is returned with status `"time_limit"` and a proved lower bound.
+    - `time_limit`: seconds (None or inf: no limit), counted from the call and including
+      compilation: the search runs on a worker thread and `solve` returns at the limit
+      with the best tree so far (CART's tree of the same depth at the least), status
+      `"time_limit"` and a proved lower bound. A worker still compiling finishes that
+      compile in the background (docs/design.md, "Anytime behaviour").
     - `progress`: called after every iteration with a dict (`iteration`, `frontier`,
       `incumbent`, `lower_bound`, `gap`, `active`, `solved`, `elapsed`), the same keys
       as `solve_batch`'s (`active` is 1 while tuples remain, `solved` then 0).
@@ -209,6 +217,12 @@ def solve(
       Solved exactly at depths 1 to 3 (`route="recursion"`); at depth 4 and deeper only
       2 (the depth-1 problem) or at least 2**depth (no limit) are supported, anything
       between raises a ValueError. With `ccp_alpha`, both apply.
+    - `max_gap`: stop with status `"gap_limit"` once `objective - lower_bound <= max_gap *
+      objective` is proved (a relative gap, 0 to 1; None: solve to optimality).
+    - `initial_tree`: a tree to start from (a `Tree`, a `SolveResult`'s `tree`, or a
+      fitted tree estimator, ours or scikit-learn's), of at most `depth` levels: the
+      first incumbent, returned when nothing better is found (routed `x[f] <= t`, with
+      the best leaf values for this data).
 
     **Returns:** a `SolveResult`.
 
@@ -219,6 +233,11 @@ def solve(
         ```
     """
     _check_options(depth, bound, s, time_limit, route)
+    if max_gap is not None and not (
+        isinstance(max_gap, (int, float)) and not isinstance(max_gap, bool)
+        and 0 <= max_gap <= 1
+    ):
+        raise ValueError(f"max_gap must be a number from 0 to 1 (or None); got {max_gap!r}.")
     if initial_capacity is not None and (
         not isinstance(initial_capacity, (int, np.integer)) or initial_capacity < 1
     ):
@@ -226,6 +245,11 @@ def solve(
     _check_penalty(ccp_alpha, route)
     depth, leaves = _leaf_budget(max_leaf_nodes, depth, route)
     enable_persistent_cache()
+    limited = time_limit is not None and not np.isinf(time_limit)
+    anytime = limited or max_gap is not None
+    stop = threading.Event()
+    if limited and progress is not None:
+        progress = quiet_after(stop, progress)
     problem = make_problem(X, y, task=task, sample_weight=sample_weight)
     limits = leaf_limits(min_samples_leaf, min_weight_fraction_leaf, len(X),
                          float(problem.weight.sum()))
@@ -237,10 +261,19 @@ def solve(
             raise ValueError("min_samples_leaf or min_weight_fraction_leaf together with "
                              "max_leaf_nodes is not supported: choose one of them.")
         problem = dataclasses.replace(problem, leaf_limits=limits)
+    # Trees that are not perfect or whose leaves are limited: a CART tree or a user's
+    # may not be one of them, so the search starts from its own trees.
+    pruned = bool(ccp_alpha) or leaves is not None or limits is not None
+    if initial_tree is not None and pruned:
+        raise ValueError("initial_tree cannot be combined with min_samples_leaf, "
+                         "min_weight_fraction_leaf, ccp_alpha or max_leaf_nodes.")
     options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress,
                                  capacity=initial_capacity,
-                                 penalty=search_penalty(problem, ccp_alpha))
+                                 penalty=search_penalty(problem, ccp_alpha), max_gap=max_gap,
+                                 anytime=anytime)
     with jax.enable_x64(True):
+        # leaf budgets run on the calling thread: their time limit is checked between
+        # iterations
         if leaves is not None and depth == 3:
             return _solve_budgeted_depth3(problem, options, leaves)
         if leaves is not None:  # 3 leaves at depth 2
@@ -256,14 +289,31 @@ def solve(
             return _make_result(search, 2, best)
         if depth <= 2:
             search = Search([problem], options)
-            search.solve_depth1() if depth == 1 else solve_depth2(search)
         elif route == "appendix":
             search = AppendixSearch(problem, options)
-            search.solve_appendix()
         else:
             search = DeepSearch(problem, options, depth=depth)
-            search.solve_deep()
-    return _make_result(search, depth)
+    if anytime and not pruned:  # the first incumbent, before any device work
+        search.offer(*cart_splits(problem, depth))
+    if initial_tree is not None:
+        search.offer(*user_splits(problem, initial_tree, depth))
+
+    def work() -> None:
+        with jax.enable_x64(True):  # a per-thread setting
+            if depth == 1:
+                search.solve_depth1()
+            elif depth == 2:
+                solve_depth2(search)
+            elif route == "appendix":
+                search.solve_appendix()
+            else:
+                search.solve_deep()
+
+    if not limited:
+        work()
+        return _make_result(search, depth)
+    finished = run_until(work, options.start + options.time_limit, stop)
+    return _make_result(search, depth, status=None if finished else "time_limit")
 
 
 def _solve_budgeted_depth3(problem, options: SearchOptions, leaves: int) -> SolveResult:
@@ -293,31 +343,36 @@ def _counter_values(counters: Counters) -> dict[str, float]:
 
 
 def _make_result(search: Search, depth: int, q: int = 0,
-                 built: tuple[Tree, float] | None = None) -> SolveResult:
+                 built: tuple[Tree, float] | None = None, status: str | None = None
+                 ) -> SolveResult:
     """The result of problem q of a finished search; `built`: its tree and objective,
-    if known."""
+    if known. `status` (default: the search's) is "time_limit" for a search still
+    running on a worker thread: what is read of it is a consistent snapshot."""
     problem = search.problems[q]
     if built is None:
-        tree = build_tree(problem, search.splits(q))
+        with search.incumbents.lock:  # the incumbent's tree, not the next one's
+            splits = search.deferred_splits(q)
+        tree = build_tree(problem, splits() if callable(splits) else splits)
         objective = tree_objective(tree, problem)
     else:
         tree, objective = built
     if problem.missing is not None:  # a tree over the virtual features of NaN columns
         tree = original_tree(tree, problem.X, problem.weight, problem.missing)
-    status = search.stats.status(q)
+    if status is None:
+        status = search.stats.status(q)
     n_splits = tree.n_nodes - tree.n_leaves
     penalized = objective + problem.true_loss(search.options.penalty) * n_splits
     # losses are never negative
     lower = max(0.0, min(problem.true_loss(search.incumbents.lower_bound[q]), penalized))
     if status == "optimal" and search.incumbents.exact[q]:
         lower = objective
-    frontier_sizes = search.stats.frontier_sizes[q]
+    frontier_sizes = list(search.stats.frontier_sizes[q])
     stats = {
         "iterations": int(search.stats.iterations[q]),
         "frontier_sizes": frontier_sizes,
         "peak_frontier": max(frontier_sizes, default=0),
         "tuples_explored": int(search.stats.tuples_explored[q]),
-        "capacity_history": search.stats.capacity_history[q],
+        "capacity_history": list(search.stats.capacity_history[q]),
         **_counter_values(search.runner.counters if search.runner else Counters()),
         "subproblems": getattr(search, "subproblems", 0),
         "bound": search.options.bound,

@@ -9,6 +9,7 @@ in one `SearchStats` record.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 
@@ -34,21 +35,27 @@ class SearchOptions:
     start: float  # `time.perf_counter()` when the solve began
     # per split, in the units of the root problem's `stats` (`_search/penalty.py`)
     penalty: float = 0.0
+    # Anytime behaviour (docs/design.md, "Anytime behaviour"): stop at a proved relative
+    # gap; `anytime` orders a deep search so that every tuple gets a bound early.
+    max_gap: float | None = None
+    anytime: bool = False
 
     @classmethod
     def make(cls, *, bound: str, s: int, time_limit: float | None = None,
              progress: Callable[[dict], None] | None = None, capacity: int | None = None,
-             start: float | None = None, penalty: float = 0.0) -> SearchOptions:
+             start: float | None = None, penalty: float = 0.0,
+             max_gap: float | None = None, anytime: bool = False) -> SearchOptions:
         if time_limit is not None and np.isinf(time_limit):
             time_limit = None
         return cls(bound=bound, s=int(s), time_limit=time_limit, progress=progress,
                    capacity=pow2_at_least(capacity or 64),
                    start=time.perf_counter() if start is None else start,
-                   penalty=float(penalty))
+                   penalty=float(penalty), max_gap=max_gap, anytime=anytime)
 
     def quiet(self) -> SearchOptions:
-        """The same options without a progress callback (for subproblems)."""
-        return dataclasses.replace(self, progress=None)
+        """The same options without a progress callback or gap limit (for subproblems,
+        which must be solved exactly or stopped by time alone)."""
+        return dataclasses.replace(self, progress=None, max_gap=None)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -80,6 +87,9 @@ class Incumbents:
         # (n_problems,) object: split spec of any other incumbent, or a function that
         # builds it (see `offer`); None: no tree beats the cutoff
         self.splits = np.full(n_problems, None, dtype=object)
+        # Held while an incumbent's value and tree change together, so that a caller
+        # returning at its deadline (`_search/anytime.py`) reads a consistent pair.
+        self.lock = threading.Lock()
 
     def tolerance(self, q):
         return np.where(self.exact[q], 0.0, RTOL * np.abs(self.value[q]) + self.atol[q])
@@ -102,18 +112,20 @@ class Incumbents:
         replaced before the end, so the searches pass functions and only the last runs.
         """
         if value < self.value[q]:
-            self.value[q] = value
-            self.splits[q] = splits
-            self.depth2_spec[q] = -1
+            with self.lock:
+                self.value[q] = value
+                self.splits[q] = splits
+                self.depth2_spec[q] = -1
 
     def offer_depth2(self, q: np.ndarray, value: np.ndarray, spec: np.ndarray) -> None:
         """Depth-2 trees `spec (len(q), 4)` = (f0, t, f1, f2) achieve `value` for
         distinct problems `q`; each that beats its problem's incumbent replaces it."""
         better = value < self.value[q]
         q = q[better]
-        self.value[q] = value[better]
-        self.depth2_spec[q] = spec[better]
-        self.splits[q] = None
+        with self.lock:
+            self.value[q] = value[better]
+            self.depth2_spec[q] = spec[better]
+            self.splits[q] = None
 
     def found(self, q: int) -> bool:
         """Whether a tree beats problem q's cutoff."""
@@ -137,13 +149,16 @@ class SearchStats:
 
     def __init__(self, n_problems: int):
         self.timed_out = np.zeros(n_problems, dtype=bool)  # (n_problems,)
+        self.gap_reached = np.zeros(n_problems, dtype=bool)  # (n_problems,) `max_gap` met
         self.iterations = np.zeros(n_problems, dtype=np.int64)  # (n_problems,)
         self.tuples_explored = np.zeros(n_problems, dtype=np.int64)  # (n_problems,)
         self.frontier_sizes: list[list[int]] = [[] for _ in range(n_problems)]
         self.capacity_history: list[list[int]] = [[] for _ in range(n_problems)]
 
     def status(self, q: int) -> str:
-        return "time_limit" if self.timed_out[q] else "optimal"
+        if self.timed_out[q]:
+            return "time_limit"
+        return "gap_limit" if self.gap_reached[q] else "optimal"
 
     def count_iteration(self, live: np.ndarray, frontier: np.ndarray) -> None:
         """Problems `live` begin an iteration with `frontier[q]` tuples each."""

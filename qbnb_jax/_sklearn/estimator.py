@@ -60,6 +60,8 @@ _PARAMETER_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
                   "a float in the range [0, inf)"),
     "max_leaf_nodes": (lambda v: v is None or (_is_int(v) and v >= 2),
                        "None or an int in the range [2, inf)"),
+    "max_gap": (lambda v: v is None or (_is_real(v) and 0 <= v <= 1),
+                "None or a float in the range [0, 1]"),
 }
 
 
@@ -186,6 +188,7 @@ class _BaseOptimalTree(BaseEstimator):
         min_weight_fraction_leaf: float = 0.0,
         ccp_alpha: float = 0.0,
         max_leaf_nodes: int | None = None,
+        max_gap: float | None = None,
     ) -> None:
         self.max_depth = max_depth
         self.bound = bound
@@ -196,6 +199,7 @@ class _BaseOptimalTree(BaseEstimator):
         self.min_weight_fraction_leaf = min_weight_fraction_leaf
         self.ccp_alpha = ccp_alpha
         self.max_leaf_nodes = max_leaf_nodes
+        self.max_gap = max_gap
 
     # -- validation -------------------------------------------------------------
 
@@ -276,11 +280,12 @@ class _BaseOptimalTree(BaseEstimator):
             progress=progress,
             **self._leaf_limits(),
             **self._pruning_options(),
+            max_gap=None if self.max_gap is None else float(self.max_gap),
         )
         self._adopt(result, label_attrs)
         self._node_impurity = self._impurity_of_nodes(Xc, yc, wc)
         self._node_samples = self.tree_.node_sums(X, np.ones(len(X)))[:, 0].astype(np.int64)
-        if self.status_ != "optimal":
+        if self.status_ == "time_limit":
             warnings.warn(
                 f"{type(self).__name__} stopped with status {self.status_!r} before proving "
                 f"optimality: objective {self.objective_:.6g}, lower bound "
@@ -483,7 +488,8 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         is then ``"time_limit"`` and a `ConvergenceWarning` is issued. None means no
         limit.
     verbose : bool or int, default=False
-        Print one progress line per branch-and-bound iteration to stderr.
+        Print one progress line per branch-and-bound iteration (at depth 3 and deeper
+        also within one, as bounds are proved) to stderr.
     s : int, default=3
         How finely each root interval is cut per iteration (about s quantile
         pieces; see `qbnb_jax.solve`).
@@ -491,11 +497,10 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         Every leaf holds at least this many training rows (a float in (0, 1): that
         fraction of the rows, rounded up), as in scikit-learn; the tree is optimal
         among the trees that respect it. Identical rows are then not merged before
-        solving. Supported for max_depth 1 and 2.
+        solving.
     min_weight_fraction_leaf : float, default=0.0
         Every leaf holds at least this fraction (0 to 0.5) of the total sample
-        weight (class weights included), as in scikit-learn. Supported for max_depth 1
-        and 2.
+        weight (class weights included), as in scikit-learn.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplied into the sample weights as scikit-learn's
         trees do: ``{label: weight}``, or "balanced" for
@@ -510,6 +515,10 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         At most this many leaves (None: no limit). Exact at depths 1 to 3; at depth 4
         and deeper only 2 is supported (other limits below ``2 ** max_depth`` raise a
         ValueError).
+    max_gap : float or None, default=None
+        Stop once the proved relative gap ``(objective - lower bound) / objective``
+        is at most this (0 to 1); `status_` is then ``"gap_limit"``. None solves to
+        optimality.
 
     Attributes
     ----------
@@ -539,7 +548,7 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
     gap_ : float
         The optimality gap reported by the solver (0 when optimal).
     status_ : str
-        ``"optimal"`` or ``"time_limit"``.
+        ``"optimal"``, ``"time_limit"`` or ``"gap_limit"``.
     n_iter_ : int
         Number of branch-and-bound iterations.
     solve_stats_ : dict
@@ -595,11 +604,13 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         class_weight: dict | str | None = None,
         ccp_alpha: float = 0.0,
         max_leaf_nodes: int | None = None,
+        max_gap: float | None = None,
     ) -> None:
         super().__init__(max_depth=max_depth, bound=bound, time_limit=time_limit,
                          verbose=verbose, s=s, min_samples_leaf=min_samples_leaf,
                          min_weight_fraction_leaf=min_weight_fraction_leaf,
-                         ccp_alpha=ccp_alpha, max_leaf_nodes=max_leaf_nodes)
+                         ccp_alpha=ccp_alpha, max_leaf_nodes=max_leaf_nodes,
+                         max_gap=max_gap)
         self.class_weight = class_weight
 
     def __sklearn_tags__(self):
@@ -724,7 +735,8 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
         Stop after this many seconds and keep the best tree found so far; `status_`
         is then ``"time_limit"`` and a `ConvergenceWarning` is issued.
     verbose : bool or int, default=False
-        Print one progress line per branch-and-bound iteration to stderr.
+        Print one progress line per branch-and-bound iteration (at depth 3 and deeper
+        also within one, as bounds are proved) to stderr.
     s : int, default=3
         How finely each root interval is cut per iteration (about s quantile
         pieces; see `qbnb_jax.solve`).
@@ -732,11 +744,10 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
         Every leaf holds at least this many training rows (a float in (0, 1): that
         fraction of the rows, rounded up), as in scikit-learn; the tree is optimal
         among the trees that respect it. Identical rows are then not merged before
-        solving. Supported for max_depth 1 and 2.
+        solving.
     min_weight_fraction_leaf : float, default=0.0
         Every leaf holds at least this fraction (0 to 0.5) of the total sample
-        weight (class weights included), as in scikit-learn. Supported for max_depth 1
-        and 2.
+        weight (class weights included), as in scikit-learn.
     ccp_alpha : float, default=0.0
         Penalty per split, in scikit-learn's units: the tree minimises the training
         loss divided by the total sample weight plus ``ccp_alpha`` times its number of
@@ -746,6 +757,10 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
         At most this many leaves (None: no limit). Exact at depths 1 to 3; at depth 4
         and deeper only 2 is supported (other limits below ``2 ** max_depth`` raise a
         ValueError).
+    max_gap : float or None, default=None
+        Stop once the proved relative gap ``(objective - lower bound) / objective``
+        is at most this (0 to 1); `status_` is then ``"gap_limit"``. None solves to
+        optimality.
 
     Attributes
     ----------
@@ -770,7 +785,7 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
     gap_ : float
         The optimality gap reported by the solver (0 when optimal).
     status_ : str
-        ``"optimal"`` or ``"time_limit"``.
+        ``"optimal"``, ``"time_limit"`` or ``"gap_limit"``.
     n_iter_ : int
         Number of branch-and-bound iterations.
     solve_stats_ : dict
