@@ -206,7 +206,7 @@ def test_limited_sweep_equals_reference(monkeypatch, plan, task, k, weights):
     with jax.enable_x64(True):
         data = SweepData.from_problem(problem)
         pre, suf = (np.asarray(a) for a in sweep_limited(
-            limit_data(problem, data), np.zeros(rows, np.int32), f0, f, encoded))
+            limit_data([problem], data), np.zeros(rows, np.int32), f0, f, encoded))
     tol = 1e-9 * max(1.0, float(np.abs(problem.stats).sum()))
     for r in range(rows):
         for j, c in enumerate(cuts[r]):
