@@ -242,7 +242,7 @@ def _kernel_jaxprs():
                     _kernels._blocked_full_row, data)))(*rows, cuts)
             limited = dataclasses.replace(problem, leaf_limits=LeafLimits(3, 0.5))
             out[f"limited {kind}"] = jax.make_jaxpr(sweep_limited)(
-                limit_data(limited, data), *rows, cuts)
+                limit_data([limited], data), *rows, cuts)
         base = make_problem(np.arange(40.0)[:, None] % 7, np.arange(40) % 2,
                             task="classification")
         problems, _ = base.reweighted(np.ones((3, 40), dtype=np.int64))

@@ -91,6 +91,23 @@ def test_depth3_optimal_among_limited_trees(task):
         check_case(P, m, frac, 3, "w0", s=2 + i % 2)
 
 
+@pytest.mark.parametrize("depth", [2, 3])
+def test_ends_of_limited_roots_move_by_their_slack(depth):
+    """Large limits and XOR labels: the first tuples start well inside the trivial
+    cuts, and their carried slack bounds must lose the slack passed over (these
+    problems are solved wrongly when they do not)."""
+    rng = np.random.default_rng(1)
+    for _ in range(3 if depth == 2 else 2):
+        n, p = int(rng.integers(20, 40)), int(rng.integers(1, 3))
+        X = rng.integers(0, n, size=(n, p)).astype(float)
+        y = ((X[:, 0] > rng.integers(0, n)) ^ (X[:, -1] > rng.integers(0, n))).astype(int)
+        flip = rng.random(n) < 0.1
+        y[flip] = 1 - y[flip]
+        m = int(rng.integers(n // 6, n // 3))
+        res = qbnb_jax.solve(X, y, task="classification", depth=depth, min_samples_leaf=m, s=2)
+        assert res.objective == BruteForce(X, y, min_samples=m).best(depth)
+
+
 def test_the_limits_change_the_answer():
     """Not vacuous: without the limits the optimum is lower and violates them."""
     X = np.arange(12.0)[:, None]
@@ -206,7 +223,7 @@ def test_limited_sweep_equals_reference(monkeypatch, plan, task, k, weights):
     with jax.enable_x64(True):
         data = SweepData.from_problem(problem)
         pre, suf = (np.asarray(a) for a in sweep_limited(
-            limit_data(problem, data), np.zeros(rows, np.int32), f0, f, encoded))
+            limit_data([problem], data), np.zeros(rows, np.int32), f0, f, encoded))
     tol = 1e-9 * max(1.0, float(np.abs(problem.stats).sum()))
     for r in range(rows):
         for j, c in enumerate(cuts[r]):

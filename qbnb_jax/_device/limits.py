@@ -1,6 +1,6 @@
 """The sweep of problems with leaf limits (`min_samples_leaf`, `min_weight_fraction_leaf`).
 
-`sweep_limited` is `sweep_full` for one problem whose stumps may only split where both
+`sweep_limited` is `sweep_full` for problems whose stumps may only split where both
 parts hold enough rows and weight (`_problem/leaf_limits.py`). A cut column asks for
 either the unconstrained best stump U (a bound that grows with the set, as the
 search's monotone bounds need) or the constrained one C (what a tree achieves, and
@@ -33,10 +33,10 @@ from qbnb_jax._problem.data import Problem
 
 
 class LimitData(eqx.Module):
-    """`SweepData` of one problem plus what the limits read.
+    """`SweepData` plus what the limits read.
 
-    - `sorted_size`: `(1, p, n, 2)`, each sample's (1, weight) in each feature's order
-      (padding samples 0);
+    - `sorted_size`: `(P, p, n, 2)`, each sample's (1, weight) in each feature's order
+      (padding samples and problems 0);
     - `minimum`: `(2,)`, the least rows and weight of a leaf.
     """
 
@@ -45,16 +45,20 @@ class LimitData(eqx.Module):
     minimum: Float[Array, " 2"]
 
 
-def limit_data(problem: Problem, sweep: SweepData) -> LimitData:
-    limits = problem.leaf_limits
-    if sweep.sorted_scan.shape[0] != 1:
-        raise ValueError("leaf limits are supported for a single problem's sweeps only")
+def limit_data(problems: list[Problem], sweep: SweepData) -> LimitData:
+    """What `sweep_limited` reads for `problems`, problem i laid out as layout i of
+    `sweep` (one problem, or `SweepData.from_problems(problems, problems, ...)`); all
+    share the same limits."""
+    limits = problems[0].leaf_limits
     n_pad = sweep.length
-    size = np.zeros((n_pad, 2))
-    size[: problem.n, 0] = problem.weight > 0
-    size[: problem.n, 1] = problem.weight
-    perm = np.asarray(sweep.perm[0])  # (p, n_pad): padding after every real sample
-    return LimitData(sweep=sweep, sorted_size=jnp.asarray(size[perm][None]),
+    perm = np.asarray(sweep.perm)  # (L, p, n_pad): padding after every real sample
+    size = np.zeros((sweep.sorted_scan.shape[0], perm.shape[1], n_pad, 2))
+    for i, problem in enumerate(problems):
+        one = np.zeros((n_pad, 2))
+        one[: problem.n, 0] = problem.weight > 0
+        one[: problem.n, 1] = problem.weight
+        size[i] = one[perm[i]]
+    return LimitData(sweep=sweep, sorted_size=jnp.asarray(size),
                      minimum=jnp.asarray([float(limits.min_samples), limits.min_weight]))
 
 

@@ -201,6 +201,7 @@ class KernelRunner:
                                              steps_per_octave=4, count_base=4)
         child._data_key = self._key_of(child.data)
         child._limit_data = None  # built for this data when asked for
+        child._compact_problems = problems
         return child
 
     def for_problem(self, index: int, problem: Problem) -> KernelRunner:
@@ -331,7 +332,8 @@ class KernelRunner:
         cut is given as `-(c + 1)` get the constrained best stumps, the others the
         unconstrained ones."""
         if self.__dict__.get("_limit_data") is None:
-            self._limit_data = limit_data(self.problem, self.data)
+            problems = self.__dict__.get("_compact_problems") or [self.problem]
+            self._limit_data = limit_data(problems, self.data)
         problem = self._rows_of(problem, len(f0))
         return self._run("limited", sweep_limited, self.data.length, [problem, f0, f], cuts,
                          {}, data=self._limit_data)

@@ -214,8 +214,7 @@ class DeepSearch(Search):
             if key not in self.sides:  # the loosest cutoff serves every request
                 cutoff_of[key] = max(cutoff_of.get(key, -np.inf), cutoff)
         todo = list(cutoff_of)
-        # leaf limits sweep one problem at a time (`_device/limits.py`)
-        if self.depth - 1 != 2 or len(todo) < 2 or self.problem.leaf_limits is not None:
+        if self.depth - 1 != 2 or len(todo) < 2:
             for key in todo:
                 self.side(*key, cutoff_of[key])
             return
