@@ -86,5 +86,6 @@ def test_large_n_small_run(tmp_path):
 def test_tune_pruning_small(tmp_path):
     out = run_example("tune_pruning.py", tmp_path, "--depths", "2", "--folds", "2")
     assert "tuned optimal tree: {'ccp_alpha'" in out
+    assert "'min_samples_leaf'" in out
     for name in ("CART (tuned)", "optimal, unpenalised", "optimal (tuned)"):
         assert re.search(rf"^{re.escape(name)} +\d+ +[0-9.]+ +[0-9.]+$", out, re.M), name
