@@ -107,6 +107,26 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _number_in(low: float, high: float, what: str):
+    """An argparse type: a finite number from `low` to `high` (both included)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if not low <= value <= high:  # also rejects NaN
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+    return parse
+
+
+def _leaf_cap(text: str) -> int:
+    value = _positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be an integer of at least 2, got {text!r}")
+    return value
+
+
 def _add_output(parser: argparse.ArgumentParser, metavar: str, help: str) -> None:
     parser.add_argument(
         "--output",
@@ -160,6 +180,19 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument(
         "--weight", default=None, metavar="COL", help="column of non-negative sample weights"
     )
+    fit.add_argument(
+        "--max-gap", type=_number_in(0, 1, "a number from 0 to 1"), default=None, metavar="G",
+        help="stop once the tree is proved within this relative gap of the optimum")
+    fit.add_argument(
+        "--min-samples-leaf", type=_positive_int, default=1, metavar="N",
+        help="every leaf holds at least N rows (default 1)")
+    fit.add_argument(
+        "--ccp-alpha", type=_number_in(0, float("inf"), "a number >= 0"), default=0.0,
+        metavar="A", help="penalty per split, in units of the loss per unit of weight "
+        "(scikit-learn's ccp_alpha; default 0)")
+    fit.add_argument(
+        "--max-leaf-nodes", type=_leaf_cap, default=None, metavar="L",
+        help="at most L leaves (default: no limit)")
     _add_output(fit, "tree.json", "save the tree as JSON")
     fit.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     fit.set_defaults(func=_cmd_fit)
@@ -550,7 +583,9 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     from qbnb_jax._sklearn.export import export_text, tree_json
 
     cls = OptimalTreeClassifier if task == "classification" else OptimalTreeRegressor
-    est = cls(max_depth=args.depth, bound=args.bound, time_limit=args.time_limit)
+    est = cls(max_depth=args.depth, bound=args.bound, time_limit=args.time_limit,
+              max_gap=args.max_gap, min_samples_leaf=args.min_samples_leaf,
+              ccp_alpha=args.ccp_alpha, max_leaf_nodes=args.max_leaf_nodes)
     progress = _Progress(args.quiet)
     args.interrupts.describe = progress.interrupted_message
     with warnings.catch_warnings():
@@ -562,6 +597,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     summary = [
         f"task: {task}",
         f"objective: {_fmt(est.objective_)}",
+        *([f"penalized objective: {_fmt(est.penalized_objective_)}"] if args.ccp_alpha else []),
         f"lower bound: {_fmt(est.lower_bound_)}",
         f"gap: {_fmt(est.gap_)}",
         f"status: {est.status_}",

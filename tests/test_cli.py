@@ -426,3 +426,26 @@ def test_qbnb_help_imports_neither_jax_nor_sklearn():
         [sys.executable, "-c", HELP_IMPORTS], capture_output=True, text=True, timeout=120
     )
     assert proc.stdout.splitlines()[-1] == "[]", proc.stdout + proc.stderr
+
+
+def test_fit_takes_leaf_limits_pruning_and_gap(tmp_path, iris_data, capsys):
+    X, y = iris_data
+    path = write_csv(tmp_path / "iris.csv", ["a", "b", "c", "d", "y"],
+                     np.column_stack([X, y]).tolist())
+    options = ["--min-samples-leaf", "5", "--ccp-alpha", "0.02", "--max-gap", "0"]
+    assert main(["fit", path, "--target", "y", "--depth", "2", "-q", *options]) == 0
+    info = summary(capsys.readouterr().out)
+    clf = OptimalTreeClassifier(max_depth=2, min_samples_leaf=5, ccp_alpha=0.02,
+                                max_gap=0.0).fit(X, y)
+    assert float(info["objective"]) == clf.objective_
+    assert float(info["penalized objective"]) == pytest.approx(clf.penalized_objective_)
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--max-leaf-nodes", "1"), ("--ccp-alpha", "-1"), ("--max-gap", "2"),
+    ("--min-samples-leaf", "0"),
+])
+def test_fit_refuses_bad_pruning_options(tmp_path, iris_csv, capsys, option, value):
+    assert main(["fit", iris_csv, "--target", "species", option, value, "-q"]) == 2
+    err = capsys.readouterr().err
+    assert option in err and len(err.strip().splitlines()) == 1
