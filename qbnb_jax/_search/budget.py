@@ -23,26 +23,10 @@ class AlternativesSearch(Search):
     """Problems that are alternatives of one solve (the same samples, each with other
     children kept leaves): progress reports the best of them, not their sum."""
 
-    def report(self, tuple_lb: np.ndarray, problem_of: np.ndarray | None = None) -> None:
-        if self.options.progress is None:
-            return
-        if problem_of is None:
-            problem_of = np.zeros(len(tuple_lb), dtype=np.int64)
-        best = np.full(self.n_problems, np.inf)
-        np.minimum.at(best, problem_of, tuple_lb)
-        exponent = -self.problems[0].loss_exponent  # the same samples: one scale
-        incumbent = float(np.ldexp(self.incumbents.value.min(), exponent))
-        lower = float(np.ldexp(np.minimum(self.incumbents.value, best).min(), exponent))
-        self.options.progress({
-            "iteration": int(self.stats.iterations.max()),
-            "frontier": int(len(tuple_lb)),
-            "incumbent": incumbent,
-            "lower_bound": lower,
-            "gap": incumbent - lower,
-            "active": int(len(tuple_lb) > 0),
-            "solved": int(len(tuple_lb) == 0),
-            "elapsed": self.elapsed(),
-        })
+    def summarise(self, values: np.ndarray, lowers: np.ndarray, problem_of: np.ndarray
+                  ) -> tuple[float, float, int, int]:
+        left = int(len(problem_of) > 0)
+        return float(values.min()), float(lowers.min()), left, 1 - left
 
 
 def allocations(leaves: int) -> list[tuple[int, int]]:

@@ -166,9 +166,8 @@ class Search:
         # in the callers' units: a problem's losses may be scaled by a power of two
         exponents = np.array([problem.loss_exponent for problem in self.problems])
         values = np.ldexp(self.incumbents.value, -exponents)
-        incumbent = float(values.sum())
-        lower = float(np.ldexp(np.minimum(self.incumbents.value, best), -exponents).sum())
-        active = len(np.unique(problem_of))
+        lowers = np.ldexp(np.minimum(self.incumbents.value, best), -exponents)
+        incumbent, lower, active, solved = self.summarise(values, lowers, problem_of)
         self.options.progress(
             {
                 "iteration": int(self.stats.iterations.max()),
@@ -177,10 +176,18 @@ class Search:
                 "lower_bound": lower,
                 "gap": incumbent - lower,
                 "active": active,
-                "solved": self.n_problems - active,
+                "solved": solved,
                 "elapsed": self.elapsed(),
             }
         )
+
+    def summarise(self, values: np.ndarray, lowers: np.ndarray, problem_of: np.ndarray
+                  ) -> tuple[float, float, int, int]:
+        """`(incumbent, lower bound, active, solved)` reported for problems' incumbent
+        values and proved bounds (caller's units) and the problems of the tuples left:
+        the sums over independent problems."""
+        active = len(np.unique(problem_of))
+        return float(values.sum()), float(lowers.sum()), active, self.n_problems - active
 
     # -- depth 1 --------------------------------------------------------------------
     def solve_depth1(self) -> None:
