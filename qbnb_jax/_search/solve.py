@@ -190,7 +190,8 @@ def solve(
       pieces) at depth 2, s cuts (s + 1 pieces) over the root of deeper trees.
     - `time_limit`: seconds (None or inf: no limit), counted from the call and including
       compilation: the search runs on a worker thread and `solve` returns at the limit
-      with the best tree so far (CART's tree of the same depth at the least), status
+      with the best tree so far (without leaf limits or pruning, CART's tree of the
+      same depth at the least), status
       `"time_limit"` and a proved lower bound. A worker still compiling finishes that
       compile in the background (docs/design.md, "Anytime behaviour").
     - `progress`: called after every iteration with a dict (`iteration`, `frontier`,
