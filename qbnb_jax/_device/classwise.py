@@ -123,14 +123,13 @@ def class_order_scores(key, weight, start, place, valid, lo, cuts, hi):
     def right_count(total, t):  # u = P - v + x: the segment's sum from this place on
         v_j, x_j, e = t
         total = jnp.where(jnp.repeat(e, M), v_j, total)
-        pair = jnp.stack([v_j.reshape(R, M), (total - v_j + x_j).reshape(R, M)], axis=1)
-        return total, pair.reshape(-1)
+        return total, total - v_j + x_j
 
-    _, pairs = jax.lax.scan(right_count, jnp.zeros(R * M, dtype), (v, x, end), reverse=True)
-    # into f's order: one gather of a (v, u) row per row and position, a row at a time
-    # (each row's table stays in cache; interleaved rows missed it at every sample)
-    rows = (place * R + jnp.arange(R, dtype=place.dtype)[None, :]).reshape(-1)
-    pairs = pairs.reshape(n * R, 2 * M).at[rows].get(mode="promise_in_bounds")
+    _, u = jax.lax.scan(right_count, jnp.zeros(R * M, dtype), (v, x, end), reverse=True)
+    # into f's order: one gather of a (v, u) pair of rows per row and position
+    table = jnp.concatenate([v, u], axis=1).reshape(n, 2, R, M)
+    lane = jnp.broadcast_to(jnp.arange(R, dtype=place.dtype)[None, :], (n, R))
+    pairs = table.at[place, :, lane].get(mode="promise_in_bounds")  # (n, R, 2, M)
     pairs = pairs.reshape(n, R * 2 * M)
 
     def right_max(b, pair):  # B after position i, then fold in u(i)
