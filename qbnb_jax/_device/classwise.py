@@ -18,15 +18,17 @@ weight if it is in S, else 0:
 - the best score is `max(max_c P_c, max over valid i of A(i) + B(i))`, and the loss the
   set's weight minus it, as `kernels._loss_from_score` forms it.
 
-Both sides of a cut are such sets: the prefix part `[lo, c)` and the suffix part
-`[c, hi)` = window minus prefix, so its sums are the window's minus the prefix's (one
-more column of cuts, at hi). Counts are integers, so every sum is exact in any order,
-and max is order free: the scores are the integers the C-count sweeps compute.
+Both sides of a cut are such sets, `lo <= key < c` and `c <= key < hi`: 2K columns
+of bounds per row. Counts are integers, so every sum is exact in any order, and max is
+order free: the scores are the integers the C-count sweeps compute (the segmented
+sums are explicit scans; the only reductions are the scans' running maxima).
 
-Layout (docs/design.md, "Execution plans"): positions first, every row and cut of a
-call in the scans' carries. Sequential scans over the leading axis (and row gathers
-along it) are what a CPU runs fastest; trailing-axis cumulative maxima and sums were
-several times slower.
+Layout (docs/design.md, "Execution plans"): positions first, every row and column of
+a call in the scans' flat carries; sequential scans over the leading axis are what a
+CPU runs fastest (trailing-axis cumulative maxima and sums were several times slower).
+What stays costly is the gather of (v, u) into f's order, element by element on XLA's
+CPU backend: with the few cuts a row the searches ask for, it outweighs the C-count
+sweeps' work below a dozen or more classes (`CLASS_ORDER_FROM`).
 """
 
 from __future__ import annotations
@@ -38,12 +40,12 @@ import numpy as np
 from qbnb_jax._device.parallel import run_all
 
 # Class counts from which the class-ordered sweeps replace the C-count ones on the
-# sequential plan (`kernels.uses_class_order`). Measured on a CPU with the rows the
-# depth-2 and depth-3 searches ask for (4 cuts a full row, 8 a window): per sample and
-# row the class-ordered sweep costs a fixed ~50 ns (four scans and a gather of short
-# rows), the C-count sweep ~4 ns per class, so it gains only for many classes (1.4x to
-# 2.3x at 24 and 30 classes, n = 5e3 to 1e4) and loses up to 3x at 3 to 7.
-CLASS_ORDER_FROM = 24
+# sequential plan (`kernels.uses_class_order`). With the few cuts a row the searches
+# ask for, the class-ordered sweep's cost per sample and row is fixed and dominated by
+# the gather into f's order (XLA's CPU gather goes element by element), while the
+# C-count sweeps' grows with C: measured with 4 cuts a full row and 8 a window
+# (n = 4e3 to 1e4), they break even near 12 to 16 classes.
+CLASS_ORDER_FROM = 20
 
 
 def class_tables(stats: np.ndarray, perm: np.ndarray, layout_of: np.ndarray, bucket: int,
