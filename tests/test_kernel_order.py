@@ -224,7 +224,7 @@ def _equations(jaxpr):
                     yield from _equations(inner)
 
 
-def _kernel_jaxprs():
+def _kernel_jaxprs(monkeypatch):
     out = {}
     with jax.enable_x64(True):
         for kind in KINDS:
@@ -243,6 +243,13 @@ def _kernel_jaxprs():
             limited = dataclasses.replace(problem, leaf_limits=LeafLimits(3, 0.5))
             out[f"limited {kind}"] = jax.make_jaxpr(sweep_limited)(
                 limit_data([limited], data), *rows, cuts)
+        with monkeypatch.context() as patch:  # the class-ordered sweeps (`classwise.py`)
+            patch.setattr(_kernels, "CLASS_ORDER_FROM", 3)
+            data = SweepData.from_problem(ordered_problem(0, 70, 3, "multi-class"))
+        assert _kernels.uses_class_order(data)
+        rows = (np.zeros(4, np.int32),) * 3
+        out["full class-order"] = jax.make_jaxpr(sweep_full)(data, *rows, cuts)
+        out["windowed class-order"] = jax.make_jaxpr(sweep_windowed)(data, *rows, lo, hi, cuts)
         base = make_problem(np.arange(40.0)[:, None] % 7, np.arange(40) % 2,
                             task="classification")
         problems, _ = base.reweighted(np.ones((3, 40), dtype=np.int64))
@@ -273,7 +280,7 @@ def _is_commutative(eqn) -> bool:
 def test_kernels_reduce_and_scatter_only_order_free(monkeypatch):
     monkeypatch.setattr(_kernels, "FULL_BLOCK", 8)  # the blocked path at n = 72
     seen = set()
-    for name, closed in _kernel_jaxprs().items():
+    for name, closed in _kernel_jaxprs(monkeypatch).items():
         for eqn in _equations(closed.jaxpr):
             prim = eqn.primitive.name
             seen.add(prim)

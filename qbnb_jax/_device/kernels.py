@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int, Shaped
 
+from qbnb_jax._device.classwise import CLASS_ORDER_FROM, class_order_scores, class_tables
 from qbnb_jax._device.memory import check_allocation
 from qbnb_jax._device.parallel import run_all
 from qbnb_jax._problem.data import LossKind, Problem
@@ -71,6 +72,10 @@ class SweepData(eqx.Module):
       problems last (G: P rounded up to GRID_LANES), for `sweep_grid`; empty
       `(0, 0, 0)` unless the problems share one layout.
     - `layout_of`: `(P,)`, the layout of each problem.
+    - `class_sample`, `class_weight`, `class_start`, `class_place`: `(P, p, n)`, each
+      feature's order re-sorted stably by class, for the class-ordered sweeps of
+      integer counts of three or more classes (`classwise.class_tables`); empty
+      `(0, 0, 0)` where those sweeps are not used (`uses_class_order`).
     """
 
     cut_valid: Bool[Array, "L p n1"]
@@ -83,6 +88,10 @@ class SweepData(eqx.Module):
     scan: Shaped[Array, "P n S"]
     grid_scan: Shaped[Array, "p n G"]
     layout_of: Int[Array, " P"]
+    class_sample: Int[Array, "P p n"]
+    class_weight: Shaped[Array, "P p n"]
+    class_start: Bool[Array, "P p n"]
+    class_place: Int[Array, "P p n"]
     loss_kind: LossKind = eqx.field(static=True)
     binary: bool = eqx.field(static=True)
     field_bits: int = eqx.field(static=True, default=0)  # > 0: class counts bit-packed
@@ -175,11 +184,22 @@ class SweepData(eqx.Module):
         layout_of = np.concatenate([np.asarray(layout_of, dtype=np.int32),
                                     np.zeros(bucket - count, np.int32)])
         if stat_tables is not None:
-            tables = stat_tables
+            tables = dict(stat_tables)
         else:
             tables = _stat_tables([pr.stats for pr in problems], perm, layout_of, bucket,
                                   binary=binary, loss_kind=first.loss_kind,
                                   field_bits=field_bits, scan_dtype=scan_dtype)
+        class_order = (first.loss_kind == "count" and first.n_channels >= CLASS_ORDER_FROM
+                       and plan == "sequential" and n_pad < BLOCKED_FROM)
+        if class_order:
+            stats = np.zeros((count, n_pad, first.n_channels), first.stats.dtype)
+            for i, pr in enumerate(problems):
+                stats[i, : pr.n] = pr.stats
+            tables.update(class_tables(stats, perm, layout_of, bucket, scan_dtype))
+        else:
+            empty = np.zeros((0, 0, 0), np.int32)
+            tables.update(class_sample=empty, class_weight=empty.astype(scan_dtype),
+                          class_start=empty.astype(bool), class_place=empty)
         # One transfer for all arrays: each separate device_put costs ~0.2 ms.
         arrays = jax.device_put(dict(cut_valid=cut_valid,
                                      perm=perm, rank=rank, value_rank=value_rank,
@@ -202,8 +222,10 @@ class SweepData(eqx.Module):
 def table_bytes(layouts: int, problems: int, p: int, n_pad: int, channels: int) -> int:
     """An upper bound on the bytes of `SweepData`'s arrays: the layouts' orders (three
     int32 and one bool per sample and feature) and each problem's stat tables (at most
-    three of 8-byte channels per sample and feature)."""
-    return layouts * p * (n_pad + 1) * 13 + problems * p * (n_pad + 1) * channels * 8 * 3
+    three of 8-byte channels per sample and feature, and the class order's three
+    4-byte and one bool)."""
+    return (layouts * p * (n_pad + 1) * 13
+            + problems * p * (n_pad + 1) * (channels * 8 * 3 + 13))
 
 
 TABLE_CHUNK = 64  # problems per block of host table work
@@ -654,9 +676,42 @@ def sweep_full(
 
     **Returns:** `(prefix, suffix)`, each `(rows, K)`: `L1(prefix_c, f)`, `L1(suffix_c, f)`.
     """
+    if uses_class_order(data):
+        return _class_order_rows(data, problem, f0, f, jnp.zeros_like(f0), None, cuts)
     if sweeps_channels_major(data):
         return _channels_major_full_rows(data, problem, f0, f, cuts)
     return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
+
+
+def uses_class_order(data: SweepData) -> bool:
+    """Whether the full and windowed sweeps take the class-ordered kernel
+    (`classwise.py`): integer counts of three or more classes, whose tables
+    `from_problems` then builds."""
+    return data.class_sample.size > 0
+
+
+def _class_order_rows(
+    data: SweepData, problem: Array, f0: Array, f: Array, lo: Array, hi: Array | None,
+    cuts: Array
+) -> tuple[Array, Array]:
+    """`sweep_full` (`hi` None) or `sweep_windowed` by `classwise.class_order_scores`."""
+    n = data.length
+    lay = data.layout_of[problem]  # (R,)
+    samples = data.class_sample[problem, f]  # (R, n)
+    key = data.rank[lay[:, None], f0[:, None], samples]  # positions in f0's order
+    end = jnp.full_like(lo, n) if hi is None else hi
+    rows = (problem, f)
+    prefix, suffix = class_order_scores(
+        key.T, data.class_weight[rows].T, data.class_start[rows].T, data.class_place[rows].T,
+        data.cut_valid[lay, f, 1:].T, lo, cuts, end)
+    at_cuts = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, C)
+    if hi is None:
+        pre_tot = at_cuts
+        suf_tot = data.root_cum[problem, f0, -1][:, None] - at_cuts
+    else:
+        pre_tot = at_cuts - data.root_cum[problem, f0, lo][:, None]
+        suf_tot = data.root_cum[problem, f0, hi][:, None] - at_cuts
+    return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
 # Classes from which `sweep_full` keeps channels outermost on a CPU (measured on the
@@ -760,6 +815,8 @@ def sweep_windowed(
 
     The choice for wide windows, where gathering and sorting would cost more.
     """
+    if uses_class_order(data):
+        return _class_order_rows(data, problem, f0, f, lo, hi, cuts)
     return jax.vmap(functools.partial(_windowed_row, data))(problem, f0, f, lo, hi, cuts)
 
 

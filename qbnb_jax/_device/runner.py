@@ -23,6 +23,7 @@ from qbnb_jax._device.kernels import (
     sweep_gathered,
     sweep_grid,
     sweep_windowed,
+    uses_class_order,
 )
 from qbnb_jax._device.limits import limit_data, sweep_limited
 from qbnb_jax._device.parallel import THREADS, run_all
@@ -248,7 +249,9 @@ class KernelRunner:
                           bytes_from_device=sum(r.nbytes for r in results))
 
     def _chunk(self, cuts: int, length: int, rows: int) -> int:
-        per_row = cuts * (length + 1) * int(self.data.sorted_scan.shape[-1])
+        # class-ordered sweeps carry one count per (row, cut), whatever the classes
+        channels = 1 if uses_class_order(self.data) else int(self.data.sorted_scan.shape[-1])
+        per_row = cuts * (length + 1) * channels
         if self.data.plan == "parallel":
             fit = _accelerator_free_bytes() // (ACCELERATOR_SHARE * BYTES_PER_ELEMENT * per_row)
             return max(1, min(ACCELERATOR_MAX_ROWS, _pow2_at_most(fit), pow2_at_least(rows)))
