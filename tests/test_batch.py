@@ -19,17 +19,20 @@ def same_tree(a, b) -> bool:
         np.array_equal(ta.feature, tb.feature)
         and np.array_equal(ta.threshold, tb.threshold, equal_nan=True)
         and np.array_equal(ta.children_left, tb.children_left)
-        and np.array_equal(ta.value.shape, tb.value.shape)
-        and np.allclose(ta.value, tb.value, rtol=1e-12, atol=1e-12)
+        and np.array_equal(ta.value, tb.value)
+        and np.array_equal(ta.weighted_n_node_samples, tb.weighted_n_node_samples)
     )
 
 
-def assert_same(batched, alone, task, ctx):
+def assert_same(batched, alone, task, ctx, same_bound=True):
+    """The same tree and objective, bit for bit (float sums included), and with
+    `same_bound` the same proved bound (the search's own sums: `solve_many` pads stat
+    channels, which changes how a two-class problem's losses are formed)."""
+    assert batched.objective == alone.objective, ctx
+    if same_bound:
+        assert batched.lower_bound == alone.lower_bound, ctx
     if task == "classification":
-        assert batched.objective == alone.objective, ctx
         assert np.array_equal(batched.classes, alone.classes), ctx
-    else:
-        assert batched.objective == pytest.approx(alone.objective, rel=1e-9, abs=1e-12), ctx
     assert same_tree(batched, alone), ctx
     assert batched.status == alone.status == "optimal", ctx
 
@@ -110,7 +113,7 @@ def test_solve_many_pads_different_problems(task):
         for d, res in zip(datasets, results):
             alone = qbnb_jax.solve(d[0], d[1], task=task, depth=depth,
                                    sample_weight=d[2] if len(d) == 3 else None)
-            assert_same(res, alone, task, f"n={len(d[0])}")
+            assert_same(res, alone, task, f"n={len(d[0])}", same_bound=False)
             assert res.n_features == d[0].shape[1]
 
 

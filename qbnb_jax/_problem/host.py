@@ -59,7 +59,7 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
     """
     features = np.arange(problem.p) if features is None else np.asarray(features)
     stats = np.where(mask[:, None], problem.stats, 0)
-    total = float(stats.sum())
+    total = set_total(stats, problem.weight)
     losses = np.empty(len(features))
     positions = np.empty(len(features), dtype=np.int64)
     # One feature at a time: the (n+1, C) intermediates of one feature stay small
@@ -74,6 +74,16 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
         positions[i] = np.argmin(loss)
         losses[i] = loss[positions[i]]
     return losses, positions
+
+
+def set_total(stats: np.ndarray, weight: np.ndarray) -> float:
+    """The summed stats `(n, C)` of a set (two-class losses start from it), over the
+    samples of positive `weight` alone: a problem that keeps zero-weight rows
+    (`reweighted_samples`) then sums the same array, in the same order, as its solve
+    without them. Float sums depend on how the terms are grouped, zeros included."""
+    if stats.dtype.kind != "f" or bool(np.all(weight > 0)):
+        return float(stats.sum())
+    return float(stats[weight > 0].sum())
 
 
 def limited_positions(problem: Problem, mask: np.ndarray, f: int) -> np.ndarray:
@@ -111,7 +121,10 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
     for b0 in range(0, len(problems), block):
         group = problems[b0 : b0 + block]
         stats = np.stack([pr.stats for pr in group])  # (B, n, C)
-        total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
+        if stats.dtype.kind == "f":  # float sums: each as `stump_losses` forms it
+            total = np.array([set_total(pr.stats, pr.weight) for pr in group])[:, None, None]
+        else:
+            total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
         loss = split_losses(stats[:, first.perm], total, first.loss_kind)  # (B, p, n+1)
         loss = np.where(np.stack([pr.cut_valid for pr in group]), loss, np.inf)
         at = np.argmin(loss, axis=2)
@@ -257,70 +270,106 @@ def tree_objective(tree: Tree, problem: Problem) -> float:
 TREE_CHUNK = 128  # problems per block of `depth2_trees_shared`
 
 
+def depth2_cuts_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: np.ndarray,
+                       specs: np.ndarray, q: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The cuts of depth-2 incumbents `specs[q] = (f0, t, f1, f2)` of problems `q` that
+    share one layout (`Problem.reweighted`, `reweighted_samples`), vectorised over them:
+    `(k0, k1, k2, thresholds)`, the root's and its children's cut positions `(Q,)` each
+    and their thresholds `(Q, 3)`, as `search.depth2_splits` finds them one at a time:
+    the children's stumps from the same `split_losses` arithmetic (prefix sums in the
+    feature's order, to which zero-weight rows add exact zeros) and tie-breaks, the
+    thresholds from the same midpoints."""
+    first = problems[0]
+    n = first.n
+    f0, t, f1, f2 = (np.asarray(c, dtype=np.int64) for c in specs[q].T)
+    weight = np.stack([problems[i].weight for i in q])  # (Q, n)
+    stats = np.stack([problems[i].stats for i in q])  # (Q, n, C)
+    k0 = cut_pos[q, f0, t]
+    left = first.rank[f0] < k0[:, None]  # (Q, n), sample order
+    two_class_counts = stats.shape[2] == 2 and stats.dtype.kind != "f"
+    if two_class_counts:
+        signed_all = stats[..., 1] - stats[..., 0]
+        mass = weight.sum(axis=1)  # bounds each side's weight
+
+    def best_position(mask: np.ndarray, f: np.ndarray) -> np.ndarray:
+        if two_class_counts:  # the same integer arithmetic as the batch's best stumps
+            ordered = np.take_along_axis(signed_all * mask, first.perm[f], axis=1)
+            return two_class_stumps(ordered[:, None], cut_valid[q, f][:, None], mass)[1][:, 0]
+        masked = np.where(mask[..., None], stats, 0)
+        if stats.dtype.kind == "f":  # as `stump_losses` sums each set
+            total = np.array([set_total(m, w) for m, w in zip(masked, weight)])[:, None]
+        else:
+            total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
+        ordered = np.take_along_axis(masked, first.perm[f][..., None], axis=1)
+        loss = split_losses(ordered, total, problems[q[0]].loss_kind)
+        return np.argmin(np.where(cut_valid[q, f], loss, np.inf), axis=1)
+
+    def thresholds(f: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """`position_threshold(problem q, f, k)` for valid cuts `k` (or 0, n).
+
+        A valid cut sits right after a positive sample, so only the first positive
+        sample at or after k is searched for: a few steps (bootstrap weights leave
+        about a third of the samples at zero).
+        """
+        after = k.copy()
+        while True:
+            open_ = np.nonzero(after < n)[0]
+            open_ = open_[weight[open_, first.perm[f[open_], after[open_]]] <= 0]
+            if len(open_) == 0:
+                break
+            after[open_] += 1
+        lo = first.X[first.perm[f, np.maximum(k - 1, 0)], f]
+        hi = first.X[first.perm[f, np.minimum(after, n - 1)], f]
+        with np.errstate(over="ignore", invalid="ignore"):
+            mid = lo / 2.0 + hi / 2.0  # as `midpoint`
+        mid = np.where((lo <= mid) & (mid < hi), mid, lo)
+        return np.where(k == 0, -np.inf, np.where(after >= n, np.inf, mid))
+
+    k1, k2 = best_position(left, f1), best_position(~left, f2)
+    thr = np.stack([thresholds(f0, k0), thresholds(f1, k1), thresholds(f2, k2)], axis=1)
+    return k0, k1, k2, thr
+
+
+def depth2_splits_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: np.ndarray,
+                         specs: np.ndarray) -> list[tuple]:
+    """`search.depth2_splits(problems[q], *specs[q])` of every problem (no penalty),
+    for problems that share one layout, vectorised over them (`depth2_cuts_shared`)."""
+    out: list = [None] * len(problems)
+
+    def fill(c0: int) -> None:
+        q = np.arange(c0, min(len(problems), c0 + TREE_CHUNK))
+        *_, thr = depth2_cuts_shared(problems, cut_pos, cut_valid, specs, q)
+        for i, (f0, _, f1, f2), (t0, t1, t2) in zip(q, specs[q].tolist(), thr.tolist()):
+            out[i] = (f0, t0, (f1, t1, None, None), (f2, t2, None, None))
+
+    run_all(fill, range(0, len(problems), TREE_CHUNK))
+    return out
+
+
 def depth2_trees_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: np.ndarray,
                         specs: np.ndarray) -> list[tuple[Tree, float]]:
     """`build_tree` and `tree_objective` of depth-2 incumbents, for classification
     problems that share one layout (`Problem.reweighted`), vectorised over problems.
 
     `specs[q] = (f0, t, f1, f2)`: problem q's tree is `search.depth2_splits(problems[q],
-    f0, t, f1, f2)`. The same trees as one at a time: the children's stumps come from the same
-    `split_losses` arithmetic and tie-breaks, the thresholds from the same midpoints,
-    and splits that send no weight to one side collapse as `build_tree` collapses them.
-    Counts are integers, so node values and objectives are exact sums.
+    f0, t, f1, f2)`. The same trees as one at a time: the cuts and thresholds of
+    `depth2_cuts_shared`, and splits that send no weight to one side collapse as
+    `build_tree` collapses them. Counts are integers, so node values and objectives are
+    exact sums.
     """
     first = problems[0]
-    n_problems, n, C = len(problems), first.n, len(first.classes)
-    f0, t, f1, f2 = (np.asarray(c, dtype=np.int64) for c in specs.T)
+    n_problems, C = len(problems), len(first.classes)
+    f0, f1, f2 = (np.asarray(specs[:, i], dtype=np.int64) for i in (0, 2, 3))
     thr = np.empty((n_problems, 3))  # thresholds of the root, its left and its right child
     sums = np.empty((n_problems, 4, C))  # class weights of the leaves LL, LR, RL, RR
 
     def fill(c0: int) -> None:  # problems c0 .. c0 + TREE_CHUNK - 1, on the pool's threads
         q = np.arange(c0, min(n_problems, c0 + TREE_CHUNK))
+        k0, k1, k2, thr[q] = depth2_cuts_shared(problems, cut_pos, cut_valid, specs, q)
         weight = np.stack([problems[i].weight for i in q])  # (Q, n)
-        stats = np.stack([problems[i].stats for i in q])  # (Q, n, C)
         lanes = np.arange(len(q))
-        k0 = cut_pos[q, f0[q], t[q]]
         left = first.rank[f0[q]] < k0[:, None]  # (Q, n), sample order
-
-        if C == 2:
-            signed_all = stats[..., 1] - stats[..., 0]
-            mass = weight.sum(axis=1)  # bounds each side's weight
-
-        def best_position(mask: np.ndarray, f: np.ndarray) -> np.ndarray:
-            if C == 2:  # the same integer arithmetic as the batch's best stumps
-                ordered = np.take_along_axis(signed_all * mask, first.perm[f], axis=1)
-                return two_class_stumps(ordered[:, None], cut_valid[q, f][:, None],
-                                        mass)[1][:, 0]
-            masked = np.where(mask[..., None], stats, 0)
-            total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
-            ordered = np.take_along_axis(masked, first.perm[f][..., None], axis=1)
-            loss = split_losses(ordered, total, first.loss_kind)
-            return np.argmin(np.where(cut_valid[q, f], loss, np.inf), axis=1)
-
-        def thresholds(f: np.ndarray, k: np.ndarray) -> np.ndarray:
-            """`position_threshold(problem q, f, k)` for valid cuts `k` (or 0, n).
-
-            A valid cut sits right after a positive sample, so only the first positive
-            sample at or after k is searched for: a few steps (bootstrap weights leave
-            about a third of the samples at zero).
-            """
-            after = k.copy()
-            while True:
-                open_ = np.nonzero(after < n)[0]
-                open_ = open_[weight[open_, first.perm[f[open_], after[open_]]] <= 0]
-                if len(open_) == 0:
-                    break
-                after[open_] += 1
-            lo = first.X[first.perm[f, np.maximum(k - 1, 0)], f]
-            hi = first.X[first.perm[f, np.minimum(after, n - 1)], f]
-            with np.errstate(over="ignore", invalid="ignore"):
-                mid = lo / 2.0 + hi / 2.0  # as `midpoint`
-            mid = np.where((lo <= mid) & (mid < hi), mid, lo)
-            return np.where(k == 0, -np.inf, np.where(after >= n, np.inf, mid))
-
-        k1, k2 = best_position(left, f1[q]), best_position(~left, f2[q])
-        thr[q] = np.stack([thresholds(f0[q], k0), thresholds(f1[q], k1),
-                           thresholds(f2[q], k2)], axis=1)
         # Each cut's threshold sends a sample of positive weight left exactly when its
         # rank is below the cut (zero weights add nothing to the sums): ranks, not values.
         quadrant = np.where(left, np.where(first.rank[f1[q]] < k1[:, None], 0, 1),

@@ -24,18 +24,30 @@ import jax
 import numpy as np
 
 from qbnb_jax._device.cache import enable_persistent_cache
-from qbnb_jax._device.kernels import SweepData
+from qbnb_jax._device.kernels import BLOCKED_FROM, SweepData, execution_plan, padded_length
 from qbnb_jax._device.memory import tune_malloc
 from qbnb_jax._device.parallel import THREADS
 from qbnb_jax._device.runner import COUNTER_NAMES, KernelRunner
-from qbnb_jax._problem.data import Problem, ThresholdTables, as_sample_weight, make_problem
-from qbnb_jax._problem.host import depth2_trees_shared
+from qbnb_jax._problem.data import (
+    Problem,
+    ThresholdTables,
+    as_sample_weight,
+    as_targets,
+    make_problem,
+    reweighted_samples,
+)
+from qbnb_jax._problem.host import (
+    build_tree,
+    depth2_splits_shared,
+    depth2_trees_shared,
+    tree_objective,
+)
 from qbnb_jax._problem.leaf_limits import leaf_limits
 from qbnb_jax._search.deep import DeepSearch
 from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.search import Search
 from qbnb_jax._search.solve import SolveResult, _check_options, _make_result
-from qbnb_jax._search.state import SearchOptions
+from qbnb_jax._search.state import SearchOptions, absolute_tolerance
 
 
 def solve_batch(
@@ -113,12 +125,29 @@ def _solve_batch(X, y, sample_weights, task: str, depth: int, options: SearchOpt
             return _in_two_halves(lambda rows: _solve_stacked(base, W[rows], depth, options),
                                   len(W))
         return _solve_stacked(base, W, depth, options)
-    # Float sums depend on the order of the samples summed, zero-weight ones included;
-    # to take solve()'s exact path (and tie-breaks) each problem gets the layout of its
-    # own samples, as solve() builds it.
+    if depth <= 2 and _float_sums_shareable(base):
+        # Float sums on the shared layout: zero-weight rows add exact zeros to the
+        # sequential sums (`reweighted_samples`), so they are solve()'s numbers.
+        targets = as_targets(y, base.n) if task == "regression" else None
+        problems, alone, tables = reweighted_samples(base, W, targets)
+        return _solve_problems(_Batch([base], problems, [0] * len(problems), tables=tables,
+                                      alone=alone), depth, options)
+    # Otherwise each problem gets the layout of its own samples, as solve() builds it,
+    # so that float sums group their terms as solve()'s do.
     problems = [make_problem(X, y, task=task, sample_weight=w) for w in W]
     return _solve_problems(_Batch(problems, problems, list(range(len(problems)))), depth,
                            options)
+
+
+def _float_sums_shareable(base: Problem) -> bool:
+    """Whether problems with float sums (regression, fractional weights) can share
+    `base`'s layout and still form solve()'s numbers: only where every prefix sum runs
+    one sample at a time, the sequential plan below the blocked sweeps' lengths (a
+    log-depth scan groups its terms by position, zero-weight rows included). Deeper
+    trees and missing values (whose trees are rebuilt from all rows' weights) keep
+    a layout per problem."""
+    return (execution_plan() == "sequential" and padded_length(base.n) < BLOCKED_FROM
+            and base.missing is None)
 
 
 def _solve_stacked(base: Problem, W: np.ndarray, depth: int, options: SearchOptions
@@ -279,6 +308,9 @@ class _Batch:
     layout_of: list[int]  # (n_problems,) the layout of each problem
     tables: ThresholdTables | None = None  # stacked tables of a shared layout
     stat_tables: dict | None = None  # the kernels' stat tables, when precomputed
+    # float sums on a shared layout: each problem's positive samples alone
+    # (`reweighted_samples`), for its tree, objective and tolerance
+    alone: list[Problem] | None = None
 
 
 def _solve_problems(batch: _Batch, depth: int, options: SearchOptions) -> list[SolveResult]:
@@ -306,10 +338,25 @@ def _solve_problems(batch: _Batch, depth: int, options: SearchOptions) -> list[S
                 searches.append(search)
             results = [(search, 0, None) for search in searches]
     out = []
-    for search, q, tree in results:
+    for i, (search, q, tree) in enumerate(results):
         search.runner = runner  # every result reports the batch's kernel counters
+        if tree is None and batch.alone is not None:
+            tree = _built_alone(search, q, batch.alone[i])
         out.append(_make_result(search, depth, q, tree))
     return out
+
+
+def _built_alone(search: Search, q: int, alone: Problem) -> tuple:
+    """Problem q's tree and objective, from its positive samples alone: node values
+    and the objective are float sums over whole sets, which zero-weight rows would
+    group differently than solve() does."""
+    splits = search.deferred_splits(q)
+    return _tree_alone(alone, splits() if callable(splits) else splits)
+
+
+def _tree_alone(alone: Problem, splits) -> tuple:
+    tree = build_tree(alone, splits)
+    return tree, tree_objective(tree, alone)
 
 
 def _solve_shallow(batch: _Batch, depth: int, options: SearchOptions, runner: KernelRunner
@@ -321,18 +368,25 @@ def _solve_shallow(batch: _Batch, depth: int, options: SearchOptions, runner: Ke
     """
     problems = batch.problems
     if depth == 1:
-        search = Search(problems, options, runner=runner)
+        search = _search_of(batch, options, runner)
         search.solve_depth1()
         return [(search, q, None) for q in range(len(problems))]
     if batch.tables is not None:  # one shared layout: one frontier
-        search = Search(problems, options, runner=runner)
+        search = _search_of(batch, options, runner)
         # a single problem sweeps as `solve` would, from its own tables
         solve_depth2(search, batch.tables if len(problems) > 1 else None,
                      runner_rows=np.arange(len(problems)))
-        if problems[0].loss_kind == "count" and (search.incumbents.depth2_spec[:, 0] >= 0).all():
-            built = depth2_trees_shared(problems, batch.tables.cut_pos,
-                                        batch.tables.cut_valid, search.incumbents.depth2_spec)
-            return [(search, q, tree) for q, tree in enumerate(built)]
+        specs = search.incumbents.depth2_spec
+        if (specs[:, 0] >= 0).all() and len(problems) > 1:  # depth-2 trees, built at once
+            if batch.alone is not None:  # the cuts at once; float sums of each tree alone
+                splits = depth2_splits_shared(problems, batch.tables.cut_pos,
+                                              batch.tables.cut_valid, specs)
+                return [(search, q, _tree_alone(alone, spec))
+                        for q, (alone, spec) in enumerate(zip(batch.alone, splits))]
+            if problems[0].loss_kind == "count":
+                built = depth2_trees_shared(problems, batch.tables.cut_pos,
+                                            batch.tables.cut_valid, specs)
+                return [(search, q, tree) for q, tree in enumerate(built)]
         return [(search, q, None) for q in range(len(problems))]
     widths = np.array([pr.p for pr in problems])
     found: list = [None] * len(problems)
@@ -343,3 +397,12 @@ def _solve_shallow(batch: _Batch, depth: int, options: SearchOptions, runner: Ke
         for q, member in enumerate(members):
             found[member] = (search, q, None)
     return found
+
+
+def _search_of(batch: _Batch, options: SearchOptions, runner: KernelRunner) -> Search:
+    """One search of all the batch's problems; float sums on a shared layout take each
+    problem's pruning tolerance from its positive samples alone, as solve() does."""
+    search = Search(batch.problems, options, runner=runner)
+    if batch.alone is not None:
+        search.incumbents.atol[:] = [absolute_tolerance(pr) for pr in batch.alone]
+    return search
