@@ -52,7 +52,7 @@ def test_cut_tables_list_the_valid_positions_row_by_row():
             np.testing.assert_array_equal(slack_left[row], cum[row][want])
 
 
-@pytest.mark.parametrize("n_classes", [2, 4])  # the signed-count path and the general one
+@pytest.mark.parametrize("n_classes", [2, 4, 7])  # the signed-count path and the counts one
 def test_stumps_of_all_shared_equals_one_by_one(n_classes):
     """The batched best stumps of reweighted problems equal `stump_losses`, ties included."""
     rng = np.random.default_rng(n_classes)

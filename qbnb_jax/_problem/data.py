@@ -323,6 +323,63 @@ def reweighted_samples(base: Problem, weights: np.ndarray, targets: np.ndarray |
     return problems, views, tables
 
 
+class Layout(NamedTuple):
+    """The presorted orders a sweep reads (`SweepData.from_problems`' layouts)."""
+
+    perm: np.ndarray  # (p, n)
+    rank: np.ndarray  # (p, n)
+    value_rank: np.ndarray  # (p, n): equal values, equal entries
+    cut_valid: np.ndarray  # (p, n + 1)
+
+    @property
+    def n(self) -> int:
+        return int(self.perm.shape[1])
+
+    @property
+    def p(self) -> int:
+        return int(self.perm.shape[0])
+
+
+def positive_layouts(base: Problem, weights: np.ndarray) -> tuple[list[Layout], np.ndarray]:
+    """Each row of `weights` `(P, n)`'s positive samples laid out as `make_problem` lays
+    them out alone (no sort: `base`'s orders, zero-weight rows dropped, as `compact`
+    drops them), and `seen` `(P, p, n + 1)`: `seen[q, f, k]`, problem q's positive
+    samples before position k of f's order in `base`, which turns a position of the
+    shared layout into the same cut of problem q's own.
+
+    `value_rank` keeps `base`'s ranks (dense among all samples): sweeps only compare
+    neighbours for equality.
+    """
+    P, n = weights.shape
+    p = base.p
+    positive = weights > 0
+    counts = positive.sum(axis=1)
+    new_id = np.cumsum(positive, axis=1, dtype=np.int32) - 1  # (P, n)
+    flags = np.take(positive, base.perm, axis=1)  # (P, p, n), each feature's order
+    seen = np.zeros((P, p, n + 1), dtype=np.int16 if n < 2**15 else np.int32)
+    np.cumsum(flags, axis=2, out=seen[..., 1:])
+    perm = np.take(new_id, base.perm, axis=1)[flags]  # problem by problem, (p, m_q) each
+    vr_sorted = np.take_along_axis(base.value_rank, base.perm, axis=1)
+    sorted_values = np.broadcast_to(vr_sorted, (P, p, n))[flags]
+    # rank[q, f, j]: the position of problem q's j-th positive sample in f's own order
+    at = np.take_along_axis(seen[..., :n], np.broadcast_to(base.rank, (P, p, n)), axis=2)
+    rank = at[np.broadcast_to(positive[:, None, :], (P, p, n))]
+    value_rank = np.broadcast_to(base.value_rank, (P, p, n))[
+        np.broadcast_to(positive[:, None, :], (P, p, n))]
+    ends = np.concatenate([[0], np.cumsum(counts * p)])
+    layouts = []
+    for q in range(P):
+        m = int(counts[q])
+        one = slice(ends[q], ends[q + 1])
+        values = sorted_values[one].reshape(p, m)
+        cut_valid = np.zeros((p, m + 1), dtype=bool)
+        cut_valid[:, 0] = True
+        cut_valid[:, 1:m] = values[:, 1:] != values[:, :-1]
+        layouts.append(Layout(perm[one].reshape(p, m), rank[one].reshape(p, m).astype(np.int32),
+                              value_rank[one].reshape(p, m), cut_valid))
+    return layouts, seen
+
+
 def midpoint(lo: float, hi: float) -> float:
     """A threshold `t` with `lo <= t < hi` for consecutive distinct values `lo < hi`.
 

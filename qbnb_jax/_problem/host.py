@@ -121,16 +121,43 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
     for b0 in range(0, len(problems), block):
         group = problems[b0 : b0 + block]
         stats = np.stack([pr.stats for pr in group])  # (B, n, C)
-        if stats.dtype.kind == "f":  # float sums: each as `stump_losses` forms it
-            total = np.array([set_total(pr.stats, pr.weight) for pr in group])[:, None, None]
+        if stats.dtype.kind != "f" and stats.shape[2] > 2:
+            loss = _count_split_losses(stats, first.perm)
         else:
-            total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
-        loss = split_losses(stats[:, first.perm], total, first.loss_kind)  # (B, p, n+1)
+            if stats.dtype.kind == "f":  # float sums: each as `stump_losses` forms it
+                total = np.array([set_total(pr.stats, pr.weight)
+                                  for pr in group])[:, None, None]
+            else:
+                total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
+            loss = split_losses(stats[:, first.perm], total, first.loss_kind)  # (B, p, n+1)
         loss = np.where(np.stack([pr.cut_valid for pr in group]), loss, np.inf)
         at = np.argmin(loss, axis=2)
         positions[b0 : b0 + len(group)] = at
         losses[b0 : b0 + len(group)] = np.take_along_axis(loss, at[..., None], axis=2)[..., 0]
     return losses, positions
+
+
+def _count_split_losses(stats: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """`split_losses` of integer class counts `(B, n, C)` in each feature's order `perm`
+    `(p, n)`: `(B, p, n + 1)`, the same numbers (integers, exact in float64 either way).
+
+    A stump's loss is `T - max_c left_c - max_c right_c`: integer prefix sums, channels
+    outermost, so that the maxima over classes are element-wise over whole rows (numpy
+    reduces a short last axis slowly) and the sums are half as wide as float64's.
+    """
+    B, n, C = stats.shape
+    p = perm.shape[0]
+    dtype = np.int32 if int(stats.sum(axis=(1, 2)).max(initial=0)) < 2**31 else np.int64
+    by_class = np.ascontiguousarray(stats.transpose(0, 2, 1), dtype=dtype)  # (B, C, n)
+    left = np.zeros((B, C, p, n + 1), dtype=dtype)
+    np.cumsum(np.take(by_class, perm, axis=2), axis=3, out=left[..., 1:])
+    best = left[:, 0].copy()  # (B, p, n + 1): largest class count left of each cut
+    best_right = left[:, 0, :, -1:] - left[:, 0]
+    for c in range(1, C):
+        np.maximum(best, left[:, c], out=best)
+        np.maximum(best_right, left[:, c, :, -1:] - left[:, c], out=best_right)
+    total = left[:, :, :, -1:].sum(axis=1)  # (B, p, 1): every feature's order sums all
+    return (total - best - best_right).astype(np.float64)
 
 
 def best_stump(problem: Problem, mask: np.ndarray, features=None) -> tuple[float, int, int]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import gc
 from collections.abc import Callable, Sequence
 
@@ -29,11 +30,13 @@ from qbnb_jax._device.memory import tune_malloc
 from qbnb_jax._device.parallel import THREADS
 from qbnb_jax._device.runner import COUNTER_NAMES, KernelRunner
 from qbnb_jax._problem.data import (
+    Layout,
     Problem,
     ThresholdTables,
     as_sample_weight,
     as_targets,
     make_problem,
+    positive_layouts,
     reweighted_samples,
 )
 from qbnb_jax._problem.host import (
@@ -131,7 +134,8 @@ def _solve_batch(X, y, sample_weights, task: str, depth: int, options: SearchOpt
         targets = as_targets(y, base.n) if task == "regression" else None
         problems, alone, tables = reweighted_samples(base, W, targets)
         return _solve_problems(_Batch([base], problems, [0] * len(problems), tables=tables,
-                                      alone=alone), depth, options)
+                                      alone=alone, own=positive_layouts(base, W)),
+                               depth, options)
     # Otherwise each problem gets the layout of its own samples, as solve() builds it,
     # so that float sums group their terms as solve()'s do.
     problems = [make_problem(X, y, task=task, sample_weight=w) for w in W]
@@ -311,20 +315,27 @@ class _Batch:
     # float sums on a shared layout: each problem's positive samples alone
     # (`reweighted_samples`), for its tree, objective and tolerance
     alone: list[Problem] | None = None
+    # with `alone`: the layouts of each problem's positive samples and the table `seen`
+    # that turns the shared layout's positions into theirs (`positive_layouts`)
+    own: tuple[list[Layout], np.ndarray] | None = None
 
 
 def _solve_problems(batch: _Batch, depth: int, options: SearchOptions) -> list[SolveResult]:
     enable_persistent_cache()
-    problems = batch.problems
+    problems, layouts, layout_of = batch.problems, batch.layouts, batch.layout_of
+    if batch.own is not None:  # swept on each problem's own samples, as solve() sweeps
+        problems, (layouts, seen), layout_of = batch.alone, batch.own, range(len(problems))
     stats = _common_stats(problems)
     device_view = [pr if st is pr.stats else dataclasses.replace(pr, stats=st)
                    for pr, st in zip(problems, stats)]
     if any(pr.loss_kind == "weighted" for pr in problems):
         device_view = [dataclasses.replace(pr, loss_kind="weighted") for pr in device_view]
     with jax.enable_x64(True):
-        data = SweepData.from_problems(batch.layouts, device_view, batch.layout_of,
+        data = SweepData.from_problems(layouts, device_view, list(layout_of),
                                        stat_tables=batch.stat_tables)
         runner = KernelRunner(device_view[0], data)
+        if batch.own is not None:
+            runner = _OwnPositions(runner, seen)
         if depth <= 2:
             results = _solve_shallow(batch, depth, options, runner)
         else:
@@ -406,3 +417,33 @@ def _search_of(batch: _Batch, options: SearchOptions, runner: KernelRunner) -> S
     if batch.alone is not None:
         search.incumbents.atol[:] = [absolute_tolerance(pr) for pr in batch.alone]
     return search
+
+
+class _OwnPositions:
+    """A runner for searches on a shared layout whose problems' sweeps run on their own
+    layouts (`positive_layouts`): each request's positions, in the shared layout's
+    feature orders, become the same cuts of the problem's own samples.
+
+    A zero-weight row costs a step of every sweep that scans it: a bootstrap leaves a
+    third of the rows at zero. On its own samples a sweep is the one solve() runs,
+    the same sums in the same order.
+    """
+
+    def __init__(self, runner: KernelRunner, seen: np.ndarray):
+        self.runner = runner
+        self.seen = seen  # (problems, p, n + 1)
+
+    def __getattr__(self, name):
+        return getattr(self.runner, name)
+
+    def _own(self, problem: np.ndarray, f0: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        if positions.ndim == 2:
+            return self.seen[problem[:, None], f0[:, None], positions]
+        return self.seen[problem, f0, positions]
+
+    def full(self, f0, f, cuts, problem):
+        return self.runner.full(f0, f, self._own(problem, f0, cuts), problem=problem)
+
+    def window(self, f0, f, lo, hi, cuts, problem):
+        own = functools.partial(self._own, problem, f0)
+        return self.runner.window(f0, f, own(lo), own(hi), own(cuts), problem=problem)
