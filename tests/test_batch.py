@@ -11,6 +11,7 @@ from helpers import brute_force
 
 import qbnb_jax
 from qbnb_jax._constants import BOUNDS
+from qbnb_jax._problem.data import make_problem
 
 
 def same_tree(a, b) -> bool:
@@ -99,15 +100,53 @@ def test_cross_validation_folds_depth3():
         assert_same(res, alone, "classification", "depth 3")
 
 
+@pytest.mark.parametrize(("task", "kind"), [("regression", 1), ("regression", 2),
+                                          ("classification", 2), ("classification", 3),
+                                          ("classification", 5)])
+def test_float_sums_share_the_layout_bit_for_bit(task, kind, monkeypatch):
+    """Regression (`kind` targets) and fractional class weights (`kind` classes) run on
+    the shared layout, each problem swept on its own positive samples, and return
+    solve()'s trees, objectives and bounds bit for bit: windows, ties, zero-weight rows
+    and integer rows (counts) among fractional ones."""
+    import qbnb_jax._search.batch as batch_module
+
+    rng = np.random.default_rng(kind + 10 * (task == "regression"))
+    n, p = 240, 4
+    X = np.round(rng.normal(size=(n, p)), 1)
+    if task == "regression":
+        y = np.where(X[:, :1] > 0.2, 1.5, -0.5) + rng.normal(size=(n, kind))
+    else:
+        y = (np.digitize(X[:, 0] + 0.6 * X[:, 1] + 0.5 * rng.normal(size=n),
+                         np.linspace(-1, 1, kind - 1)) + 7) * 3  # labels, not codes
+    W = rng.multinomial(n, np.full(n, 1 / n), size=6).astype(float)
+    W[:4] *= np.round(rng.uniform(0.5, 2.0, size=(4, n)), 3)  # fractional
+    W[4] = rng.random(n) < 0.8  # a fold
+    made = []
+    monkeypatch.setattr(batch_module, "make_problem",
+                        lambda *a, **k: made.append(k) or make_problem(*a, **k))
+    for depth in (1, 2):
+        made.clear()
+        results = qbnb_jax.solve_batch(X, y, W, task=task, depth=depth)
+        assert len(made) == 1, "one presorted layout for the whole batch"
+        for i, (w, res) in enumerate(zip(W, results)):
+            alone = qbnb_jax.solve(X, y, task=task, depth=depth, sample_weight=w)
+            assert_same(res, alone, task, f"depth={depth} i={i}")
+
+
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_solve_many_pads_different_problems(task):
     rng = np.random.default_rng(7)
     datasets = []
-    for n, p in [(5, 1), (37, 4), (12, 2), (60, 3)]:
+    for n, p in [(5, 1), (37, 4), (12, 2), (60, 3), (41, 2)]:
         X, y = random_data(rng, task, n, p)
         if task == "regression":
             y = y[:, :1] if n % 2 else y  # different numbers of targets
-        datasets.append((X, y) if n != 12 else (X, y, rng.random(n) + 0.5))
+        if n == 12:
+            datasets.append((X, y, rng.random(n) + 0.5))  # fractional weights
+        elif n == 41:
+            datasets.append((X, y, rng.integers(0, 3, n)))  # counts with zeros
+        else:
+            datasets.append((X, y))
     for depth in (1, 2):
         results = qbnb_jax.solve_many(datasets, task=task, depth=depth)
         for d, res in zip(datasets, results):
