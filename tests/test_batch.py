@@ -133,6 +133,31 @@ def test_float_sums_share_the_layout_bit_for_bit(task, kind, monkeypatch):
             assert_same(res, alone, task, f"depth={depth} i={i}")
 
 
+@pytest.mark.parametrize("n_classes", [3, 5])
+def test_many_class_counts_sweep_their_own_samples(n_classes, monkeypatch):
+    """Bootstrap counts of several classes sweep each problem's positive samples alone
+    (`positive_layouts`), and still return solve()'s trees and objectives."""
+    import qbnb_jax._search.batch as batch_module
+
+    rng = np.random.default_rng(n_classes)
+    n, p, P = 200, 4, max(batch_module.OWN_LAYOUTS_FROM, 9)
+    X = np.round(rng.normal(size=(n, p)), 1)
+    y = np.digitize(X[:, 0] - 0.7 * X[:, 2] + 0.5 * rng.normal(size=n),
+                    np.linspace(-1, 1, n_classes - 1))
+    W = rng.multinomial(n, np.full(n, 1 / n), size=P).astype(float)
+    W[0] = rng.random(n) < 0.7  # a fold
+    calls = []
+    real = batch_module.positive_layouts
+    monkeypatch.setattr(batch_module, "positive_layouts",
+                        lambda *a: calls.append(1) or real(*a))
+    for depth in (1, 2):
+        results = qbnb_jax.solve_batch(X, y, W, task="classification", depth=depth)
+        for i, (w, res) in enumerate(zip(W, results)):
+            alone = qbnb_jax.solve(X, y, task="classification", depth=depth, sample_weight=w)
+            assert_same(res, alone, "classification", f"depth={depth} i={i}")
+    assert calls, "the batch swept its problems' own samples"
+
+
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_solve_many_pads_different_problems(task):
     rng = np.random.default_rng(7)

@@ -134,7 +134,9 @@ def _solve_batch(X, y, sample_weights, task: str, depth: int, options: SearchOpt
         targets = as_targets(y, base.n) if task == "regression" else None
         problems, alone, tables = reweighted_samples(base, W, targets)
         return _solve_problems(_Batch([base], problems, [0] * len(problems), tables=tables,
-                                      alone=alone, own=positive_layouts(base, W)),
+                                      alone=alone,
+                                      own=(*positive_layouts(base, W), alone) if depth == 2
+                                      else None),
                                depth, options)
     # Otherwise each problem gets the layout of its own samples, as solve() builds it,
     # so that float sums group their terms as solve()'s do.
@@ -163,8 +165,30 @@ def _solve_stacked(base: Problem, W: np.ndarray, depth: int, options: SearchOpti
     problems, tables = base.reweighted(
         W, signed_out=None if stat_tables is None else stat_tables["sorted_scan"],
         mass_out=None if stat_tables is None else stat_tables["root_cum"])
+    own = None
+    if stat_tables is None and depth == 2 and len(W) >= OWN_LAYOUTS_FROM:
+        # Many classes sweep rows (not `sweep_grid`'s lanes): on each problem's positive
+        # samples alone, a bootstrap's sweeps skip its zero-weight third. Counts are
+        # exact in any order, so the losses are the same.
+        own = (*positive_layouts(base, W), _positive_rows(problems, W))
     return _solve_problems(_Batch([base], problems, [0] * len(problems), tables=tables,
-                                  stat_tables=stat_tables), depth, options)
+                                  stat_tables=stat_tables, own=own), depth, options)
+
+
+# Count batches of at least this many problems sweep each on its own samples: the
+# layouts cost host work per problem, which a few problems' sweeps do not repay.
+OWN_LAYOUTS_FROM = 8
+
+
+def _positive_rows(problems: list[Problem], W: np.ndarray) -> list[Problem]:
+    """Copies of `problems` whose `stats` hold their positive-weight rows alone (for
+    `SweepData`, which reads nothing else of them)."""
+    out = []
+    for problem, w in zip(problems, W):
+        copy = object.__new__(Problem)
+        copy.__dict__.update(problem.__dict__, stats=problem.stats[w > 0])
+        out.append(copy)
+    return out
 
 
 def _in_two_halves(solve_rows: Callable[[slice], list[SolveResult]], n_problems: int
@@ -315,16 +339,18 @@ class _Batch:
     # float sums on a shared layout: each problem's positive samples alone
     # (`reweighted_samples`), for its tree, objective and tolerance
     alone: list[Problem] | None = None
-    # with `alone`: the layouts of each problem's positive samples and the table `seen`
-    # that turns the shared layout's positions into theirs (`positive_layouts`)
-    own: tuple[list[Layout], np.ndarray] | None = None
+    # sweeps on each problem's positive samples alone: their layouts, the table `seen`
+    # that turns the shared layout's positions into theirs (`positive_layouts`), and
+    # the problems with those samples' stats
+    own: tuple[list[Layout], np.ndarray, list[Problem]] | None = None
 
 
 def _solve_problems(batch: _Batch, depth: int, options: SearchOptions) -> list[SolveResult]:
     enable_persistent_cache()
     problems, layouts, layout_of = batch.problems, batch.layouts, batch.layout_of
     if batch.own is not None:  # swept on each problem's own samples, as solve() sweeps
-        problems, (layouts, seen), layout_of = batch.alone, batch.own, range(len(problems))
+        layouts, seen, problems = batch.own
+        layout_of = range(len(problems))
     stats = _common_stats(problems)
     device_view = [pr if st is pr.stats else dataclasses.replace(pr, stats=st)
                    for pr, st in zip(problems, stats)]
