@@ -8,8 +8,10 @@ numpy calls and one kernel call per kind for all problems, rows tagged with thei
 problem.
 
 A reweighted problem numbers its thresholds as a solve of that weighted problem alone
-does (`Problem.reweighted`), so each search takes the same path as `solve` would and
-returns the same tree.
+does (`Problem.reweighted`, `reweighted_samples` for float sums), so each search takes
+the same path as `solve` would and returns the same tree. Sweeps may run on each
+problem's own positive samples (`positive_layouts`, `_OwnPositions`), the sweeps
+`solve` runs.
 """
 
 from __future__ import annotations
@@ -71,10 +73,10 @@ def solve_batch(
 
     Bootstrap samples are integer weights, cross-validation folds 0/1 weights. Result
     `i` is the tree `solve(X, y, sample_weight=sample_weights[i], ...)` returns: the
-    same tree and objective. Integer-weighted classification problems share one
-    presorted layout; regression and fractional weights give each problem the layout
-    of its own samples (`(p, p, n)` int32 each), so float sums run in solve()'s order.
-    With two classes and 32 or more such problems the kernels take the problems as
+    same tree and objective. The problems share one presorted layout (`X` sorted once;
+    regression and fractional weights at depth 1 and 2 on a CPU, see docs/design.md,
+    "Batching"); at depth 2 all but two-class counts sweep each problem's positive
+    samples alone, in orders derived from the shared ones. With two classes and 32 or more such problems the kernels take the problems as
     vector lanes; 512 or more run as two halves on two threads (without a `progress`
     callback). Neither changes any result. The first call sets glibc's malloc
     thresholds for the process (`memory.tune_malloc`; `QBNB_JAX_TUNE_MALLOC=0`: not).
