@@ -133,6 +133,22 @@ def test_float_sums_share_the_layout_bit_for_bit(task, kind, monkeypatch):
             assert_same(res, alone, task, f"depth={depth} i={i}")
 
 
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_float_batches_in_two_halves_equal_one_by_one(task, monkeypatch):
+    """Large float batches run as two concurrent halves (here from 6 problems), each
+    result still solve()'s."""
+    import qbnb_jax._search.batch as batch_module
+
+    monkeypatch.setattr(batch_module, "SPLIT_FROM", 3)
+    monkeypatch.setattr(batch_module, "THREADS", 2)
+    rng = np.random.default_rng(4)
+    X, y = random_data(rng, task, 60, 3)
+    W = rng.multinomial(60, np.full(60, 1 / 60), size=6) * rng.uniform(0.5, 2.0, (6, 60))
+    results = qbnb_jax.solve_batch(X, y, W, task=task)
+    for i, (w, res) in enumerate(zip(W, results)):
+        assert_same(res, qbnb_jax.solve(X, y, task=task, sample_weight=w), task, f"i={i}")
+
+
 @pytest.mark.parametrize("n_classes", [3, 5])
 def test_many_class_counts_sweep_their_own_samples(n_classes, monkeypatch):
     """Bootstrap counts of several classes sweep each problem's positive samples alone

@@ -294,6 +294,83 @@ def tree_objective(tree: Tree, problem: Problem) -> float:
     return total
 
 
+# A full depth-2 tree in preorder: root, left child, its leaves, right child, its leaves.
+_FULL_LEFT = np.array([1, 2, LEAF, LEAF, 5, LEAF, LEAF], dtype=np.int32)
+_FULL_RIGHT = np.array([4, 3, LEAF, LEAF, 6, LEAF, LEAF], dtype=np.int32)
+
+
+def depth2_trees_alone(problems: list[Problem], splits: list) -> list[tuple[Tree, float]]:
+    """`(build_tree(pr, spec), tree_objective(...))` of depth-2 split specs
+    `(f0, t0, (f1, t1, None, None), (f2, t2, None, None))`, with fewer steps per problem.
+
+    A tree whose every split sends samples both ways (the usual case) is the full
+    7-node tree: its leaves come from three comparisons, and its values, weights and
+    objective from `fill_values`' and `tree_objective`'s numpy calls on the same arrays,
+    so the same numbers. Others (a split collapses) take `build_tree`.
+    """
+    out = []
+    for problem, spec in zip(problems, splits):
+        (f0, t0, left_spec, right_spec) = spec
+        X = problem.X
+        left = X[:, f0] <= t0
+        if left_spec is None or right_spec is None or left_spec[2] is not None \
+                or right_spec[2] is not None or left_spec[3] is not None \
+                or right_spec[3] is not None:
+            out.append(_built(problem, spec))
+            continue
+        (f1, t1, _, _), (f2, t2, _, _) = left_spec, right_spec
+        first = X[:, f1] <= t1
+        second = X[:, f2] <= t2
+        n_left = int(np.count_nonzero(left))
+        ll = int(np.count_nonzero(first & left))
+        rl = int(np.count_nonzero(second & ~left))
+        if not (0 < n_left < len(left) and 0 < ll < n_left and 0 < rl < len(left) - n_left):
+            out.append(_built(problem, spec))
+            continue
+        leaf_of = np.where(left, np.where(first, 2, 3), np.where(second, 5, 6))
+        member = np.zeros((7, problem.n), dtype=bool)  # as `fill_values`
+        member[leaf_of, np.arange(problem.n)] = True
+        member[1] = member[2] | member[3]
+        member[4] = member[5] | member[6]
+        member[0] = True
+        as_float = member.astype(np.float64)
+        w = problem.weight
+        weights = as_float @ w
+        if problem.task == "classification":
+            onehot = np.zeros((problem.n, len(problem.classes)))
+            onehot[np.arange(problem.n), problem.y] = 1.0
+            value = as_float @ (onehot * w[:, None])
+        else:
+            sums = as_float @ (problem.y * w[:, None])
+            value = sums / np.where(weights > 0, weights, 1.0)[:, None] + problem.y_offset[None]
+        tree = Tree(children_left=_FULL_LEFT.copy(), children_right=_FULL_RIGHT.copy(),
+                    feature=np.array([f0, f1, LEAF, LEAF, f2, LEAF, LEAF], dtype=np.int32),
+                    threshold=np.array([t0, t1, np.nan, np.nan, t2, np.nan, np.nan]),
+                    value=value, weighted_n_node_samples=weights, task=problem.task)
+        out.append((tree, _objective_of_leaves(problem, tree, leaf_of)))
+    return out
+
+
+def _built(problem: Problem, spec) -> tuple[Tree, float]:
+    tree = build_tree(problem, spec)
+    return tree, tree_objective(tree, problem)
+
+
+def _objective_of_leaves(problem: Problem, tree: Tree, leaf_of: np.ndarray) -> float:
+    """`tree_objective(tree, problem)` for the leaf of every sample, `leaf_of`."""
+    w = problem.weight
+    if problem.task == "classification":
+        predicted = np.argmax(tree.value[leaf_of], axis=1)
+        return float(np.sum(w * (predicted != problem.y)))
+    total = 0.0
+    for leaf in np.unique(leaf_of):
+        rows = leaf_of == leaf
+        wl, yl = w[rows], problem.y[rows]
+        mean = (wl[:, None] * yl).sum(axis=0) / wl.sum()
+        total += float(np.sum(wl[:, None] * (yl - mean) ** 2))
+    return total
+
+
 TREE_CHUNK = 128  # problems per block of `depth2_trees_shared`
 
 

@@ -44,6 +44,7 @@ from qbnb_jax._problem.data import (
 from qbnb_jax._problem.host import (
     build_tree,
     depth2_splits_shared,
+    depth2_trees_alone,
     depth2_trees_shared,
     tree_objective,
 )
@@ -76,10 +77,11 @@ def solve_batch(
     same tree and objective. The problems share one presorted layout (`X` sorted once;
     regression and fractional weights at depth 1 and 2 on a CPU, see docs/design.md,
     "Batching"); at depth 2 all but two-class counts sweep each problem's positive
-    samples alone, in orders derived from the shared ones. With two classes and 32 or more such problems the kernels take the problems as
-    vector lanes; 512 or more run as two halves on two threads (without a `progress`
-    callback). Neither changes any result. The first call sets glibc's malloc
-    thresholds for the process (`memory.tune_malloc`; `QBNB_JAX_TUNE_MALLOC=0`: not).
+    samples alone, in orders derived from the shared ones. With two classes and 32 or
+    more integer-weighted problems the kernels take the problems as vector lanes; 512
+    or more run as two halves on two threads (without a `progress` callback). Neither
+    changes any result. The first call sets glibc's malloc thresholds for the process
+    (`memory.tune_malloc`; `QBNB_JAX_TUNE_MALLOC=0`: not).
 
     **Arguments:**
 
@@ -134,17 +136,24 @@ def _solve_batch(X, y, sample_weights, task: str, depth: int, options: SearchOpt
         # Float sums on the shared layout: zero-weight rows add exact zeros to the
         # sequential sums (`reweighted_samples`), so they are solve()'s numbers.
         targets = as_targets(y, base.n) if task == "regression" else None
-        problems, alone, tables = reweighted_samples(base, W, targets)
-        return _solve_problems(_Batch([base], problems, [0] * len(problems), tables=tables,
-                                      alone=alone,
-                                      own=(*positive_layouts(base, W), alone) if depth == 2
-                                      else None),
-                               depth, options)
+        if options.progress is None and THREADS > 1 and len(W) >= 2 * SPLIT_FROM:
+            return _in_two_halves(
+                lambda rows: _solve_floats(base, W[rows], targets, depth, options), len(W))
+        return _solve_floats(base, W, targets, depth, options)
     # Otherwise each problem gets the layout of its own samples, as solve() builds it,
     # so that float sums group their terms as solve()'s do.
     problems = [make_problem(X, y, task=task, sample_weight=w) for w in W]
     return _solve_problems(_Batch(problems, problems, list(range(len(problems)))), depth,
                            options)
+
+
+def _solve_floats(base: Problem, W: np.ndarray, targets: np.ndarray | None, depth: int,
+                  options: SearchOptions) -> list[SolveResult]:
+    """Problems `base` under each row of float weights `W`, on one shared layout."""
+    problems, alone, tables = reweighted_samples(base, W, targets)
+    own = (*positive_layouts(base, W), alone) if depth == 2 else None
+    return _solve_problems(_Batch([base], problems, [0] * len(problems), tables=tables,
+                                  alone=alone, own=own), depth, options)
 
 
 def _float_sums_shareable(base: Problem) -> bool:
@@ -261,7 +270,8 @@ def _solve_datasets(datasets, task: str, depth: int, options: SearchOptions
                            options)
 
 
-# Stacked batches of at least twice this many problems run as two concurrent halves.
+# Batches on a shared layout of at least twice this many problems run as two
+# concurrent halves.
 SPLIT_FROM = 256
 _SECOND_HALF = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qbnb_jax-half")
 
@@ -420,8 +430,8 @@ def _solve_shallow(batch: _Batch, depth: int, options: SearchOptions, runner: Ke
             if batch.alone is not None:  # the cuts at once; float sums of each tree alone
                 splits = depth2_splits_shared(problems, batch.tables.cut_pos,
                                               batch.tables.cut_valid, specs)
-                return [(search, q, _tree_alone(alone, spec))
-                        for q, (alone, spec) in enumerate(zip(batch.alone, splits))]
+                built = depth2_trees_alone(batch.alone, splits)
+                return [(search, q, tree) for q, tree in enumerate(built)]
             if problems[0].loss_kind == "count":
                 built = depth2_trees_shared(problems, batch.tables.cut_pos,
                                             batch.tables.cut_valid, specs)
