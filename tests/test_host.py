@@ -52,7 +52,7 @@ def test_cut_tables_list_the_valid_positions_row_by_row():
             np.testing.assert_array_equal(slack_left[row], cum[row][want])
 
 
-@pytest.mark.parametrize("n_classes", [2, 4])  # the signed-count path and the general one
+@pytest.mark.parametrize("n_classes", [2, 4, 7])  # the signed-count path and the counts one
 def test_stumps_of_all_shared_equals_one_by_one(n_classes):
     """The batched best stumps of reweighted problems equal `stump_losses`, ties included."""
     rng = np.random.default_rng(n_classes)
@@ -90,3 +90,32 @@ def test_reweighted_numbers_thresholds_as_a_weighted_solve(n):
             assert (problem.cut_pos[f, u + 1 :] == n).all()
         np.testing.assert_array_equal(tables.cut_pos[q], problem.cut_pos)
         np.testing.assert_array_equal(tables.slack_left[q], problem.slack_left)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_depth2_trees_alone_equal_build_tree(task):
+    """The full-tree shortcut returns `build_tree`'s tree and `tree_objective`'s value,
+    bit for bit, and collapsed splits fall back to them."""
+    from qbnb_jax._problem.host import build_tree, depth2_trees_alone, tree_objective
+
+    rng = np.random.default_rng(3)
+    problems, specs = [], []
+    for _ in range(40):
+        n = int(rng.integers(3, 80))
+        X = np.round(rng.normal(size=(n, 3)), 1)
+        y = rng.integers(0, 3, n) if task == "classification" else rng.normal(size=(n, 2))
+        w = rng.random(n) * 3 + 0.01
+        problem = make_problem(X, y, task=task, sample_weight=w)
+        f0, f1, f2 = rng.integers(0, 3, 3)
+        # below the least and at the largest value: a side is empty and collapses
+        t0, t1, t2 = (float(np.quantile(X[:, f], rng.choice([0.3, 0.5, 0.5, 1.0])))
+                      - (rng.random() < 0.1) * 10.0 for f in (f0, f1, f2))
+        problems.append(problem)
+        specs.append((int(f0), t0, (int(f1), t1, None, None), (int(f2), t2, None, None)))
+    for problem, spec, (tree, objective) in zip(problems, specs,
+                                                depth2_trees_alone(problems, specs)):
+        want = build_tree(problem, spec)
+        assert objective == tree_objective(want, problem)
+        for name in ("children_left", "children_right", "feature", "threshold", "value",
+                     "weighted_n_node_samples"):
+            np.testing.assert_array_equal(getattr(tree, name), getattr(want, name))

@@ -136,7 +136,8 @@ class Problem:
         )
 
     def reweighted(self, weights: np.ndarray, block: int = 16, *,
-                   signed_out: np.ndarray | None = None, mass_out: np.ndarray | None = None
+                   signed_out: np.ndarray | None = None, mass_out: np.ndarray | None = None,
+                   stats: np.ndarray | None = None, slack: np.ndarray | None = None
                    ) -> tuple[list[Problem], ThresholdTables]:
         """The same samples and layout under each row of integer weights `(P, n)`.
 
@@ -157,6 +158,12 @@ class Problem:
         sorted position k of f; `mass_out[q, f, k, 0]`, its weight before position k
         (the total past n). Both `(>= P, p, >= n (+ 1), 1)`, entries beyond left alone.
         With `signed_out` the tables also carry each problem's best stumps.
+
+        Float weights (regression, fractional class weights; `reweighted_samples`):
+        `stats` `(P, n, C)` and `slack` `(P, n)` give each problem's stat vectors and
+        sample slack, zero on its zero-weight rows; `slack_left` is then the float
+        prefix sums of `slack`, which equal those of the problem alone at every cut
+        (a sequential sum, to which zero-weight rows add exact zeros).
         """
         n, p = self.n, self.p
         P = len(weights)
@@ -174,16 +181,23 @@ class Problem:
         cut_valid = np.zeros((P, p, n + 1), dtype=bool)
         cut_valid[..., 0] = True
         n_thresholds = np.empty((P, p), dtype=np.int32)
-        total = weights.sum(axis=1).max(initial=0)
-        counts_dtype = np.int32 if total < 2**31 else np.int64
-        slack_left = np.empty((P, p, n + 1), dtype=np.int16 if total < 2**15 else counts_dtype)
-        integral = weights.astype(counts_dtype)
+        floats = slack is not None
+        if floats:
+            integral = weights
+            slack_left = np.empty((P, p, n + 1))
+        else:
+            total = weights.sum(axis=1).max(initial=0)
+            counts_dtype = np.int32 if total < 2**31 else np.int64
+            slack_left = np.empty((P, p, n + 1),
+                                  dtype=np.int16 if total < 2**15 else counts_dtype)
+            integral = weights.astype(counts_dtype)
         stump_loss = stump_position = None
         if signed_out is not None:
             stump_loss = np.empty((P, p))
             stump_position = np.empty((P, p), dtype=np.int64)
-        stats = np.multiply(self.stats[None], integral[:, :, None], dtype=np.int32,
-                            casting="unsafe")  # counts below 2**31 (`counts_dtype`)
+        if stats is None:
+            stats = np.multiply(self.stats[None], integral[:, :, None], dtype=np.int32,
+                                casting="unsafe")  # counts below 2**31 (`counts_dtype`)
         if signed_out is not None:  # +1 for class 1, -1 for class 0, in each feature's order
             signed_sorted = (self.stats[:, 1] - self.stats[:, 0])[self.perm]
 
@@ -203,6 +217,13 @@ class Problem:
                     seen, np.broadcast_to(group_end[:, :-1], (B, p, n - 1)), axis=2)
                 valid &= ~tied | (at_end == seen[..., 1:n])
             cut_valid[b0 : b0 + B, :, 1:n] = valid
+            if floats:  # the float slack summed in each feature's order, as `_presorted`
+                cum_slack = np.zeros((B, p, n + 1))
+                np.cumsum(np.take(slack[b0 : b0 + B], self.perm, axis=1), axis=2,
+                          out=cum_slack[..., 1:])
+                n_thresholds[b0 : b0 + B] = _cut_tables(
+                    valid, cum_slack, cut_pos[b0 : b0 + B], slack_left[b0 : b0 + B])
+                return
             cum_weight = np.zeros((B, p, n + 1), dtype=counts_dtype)
             np.cumsum(w_sorted, axis=2, out=cum_weight[..., 1:])
             n_thresholds[b0 : b0 + B] = _cut_tables(valid, cum_weight, cut_pos[b0 : b0 + B],
@@ -230,6 +251,133 @@ class Problem:
             problems.append(problem)
         return problems, ThresholdTables(cut_pos, slack_left, n_thresholds, cut_valid,
                                          stump_loss, stump_position)
+
+
+def reweighted_samples(base: Problem, weights: np.ndarray, targets: np.ndarray | None = None
+                       ) -> tuple[list[Problem], list[Problem], ThresholdTables]:
+    """`base` (made without weights) under each row of float weights `(P, n)`, on base's
+    layout, for problems whose sums are floats: regression, fractional class weights.
+
+    Each problem's stat vectors, sample slack, centred targets and search exponents are
+    those `make_problem(X, y, sample_weight=row)` computes from the row's positive
+    samples, bit for bit; its zero-weight rows hold zero stats and slack. The sweeps'
+    float prefix sums run in each feature's order one sample at a time (the sequential
+    plan; `tables.slack_left` likewise), and a zero-weight row adds an exact zero to
+    them, so on the shared layout they are the same numbers a solve of the problem
+    alone forms; thresholds are numbered as that solve numbers them (`reweighted`).
+    `targets`: regression, the caller's targets `(n, m)` (`as_targets`).
+
+    Returns `(problems, alone, tables)`: `alone[q]` holds problem q's positive samples
+    only (`X`, `y`, `weight`, `stats`), in the order and arrays of that solve, for what
+    is computed from whole sample sets (tree values, objective, tolerance); its
+    presorted fields are the shared ones and must not be used.
+    """
+    P, n = weights.shape
+    regression = base.task == "regression"
+    C = base.n_channels
+    stats_all = np.zeros((P, n, C))
+    slack = np.zeros((P, n))
+    stats: list[np.ndarray] = []
+    fields: list[dict] = []
+    alone: list[dict] = []
+    if regression:
+        centred = np.zeros((P, n, targets.shape[1]))
+    else:
+        onehot = base.stats.astype(np.float64)
+        np.multiply(onehot[None], weights[:, :, None], out=stats_all)  # as `make_problem`
+        slack[:] = weights  # `sample_slack` of classification: the weights
+    for q, w in enumerate(weights):
+        idx = np.flatnonzero(w > 0)
+        w_c = w[idx]
+        if regression:
+            y_c, offset = _centred_targets(targets[idx], w_c)
+            a, b = _search_exponents(y_c, w_c)
+            w_s, y_s = np.ldexp(w_c, a), np.ldexp(y_c, b)
+            st = _sse_stats(y_s, w_s)
+            stats_all[q, idx] = st
+            slack[q, idx] = sample_slack("regression", y_s, w_s)
+            centred[q, idx] = y_c
+            stats.append(stats_all[q])
+            fields.append(dict(y=centred[q], y_offset=offset, weight_exponent=a,
+                               target_exponent=b))
+            alone.append(dict(X=base.X[idx], y=y_c, weight=w_c, stats=st))
+            continue
+        integral = bool(np.all(w == np.round(w))) and float(w.sum()) < 2**30
+        if integral:  # counts, as `make_problem` keeps them
+            stats.append(stats_all[q].astype(np.int32))
+            kind = "count"
+        else:
+            _check_class_weight_range(w_c)
+            stats.append(stats_all[q])
+            kind = "weighted"
+        fields.append(dict(loss_kind=kind))
+        alone.append(dict(X=base.X[idx], y=base.y[idx], weight=w_c, stats=stats[-1][idx],
+                          loss_kind=kind))
+    problems, tables = base.reweighted(weights, stats=stats, slack=slack)
+    views = []
+    for problem, extra, own in zip(problems, fields, alone):
+        problem.__dict__.update(extra)
+        view = object.__new__(Problem)
+        view.__dict__.update(problem.__dict__, **own)
+        views.append(view)
+    return problems, views, tables
+
+
+class Layout(NamedTuple):
+    """The presorted orders a sweep reads (`SweepData.from_problems`' layouts)."""
+
+    perm: np.ndarray  # (p, n)
+    rank: np.ndarray  # (p, n)
+    value_rank: np.ndarray  # (p, n): equal values, equal entries
+    cut_valid: np.ndarray  # (p, n + 1)
+
+    @property
+    def n(self) -> int:
+        return int(self.perm.shape[1])
+
+    @property
+    def p(self) -> int:
+        return int(self.perm.shape[0])
+
+
+def positive_layouts(base: Problem, weights: np.ndarray) -> tuple[list[Layout], np.ndarray]:
+    """Each row of `weights` `(P, n)`'s positive samples laid out as `make_problem` lays
+    them out alone (no sort: `base`'s orders, zero-weight rows dropped, as `compact`
+    drops them), and `seen` `(P, p, n + 1)`: `seen[q, f, k]`, problem q's positive
+    samples before position k of f's order in `base`, which turns a position of the
+    shared layout into the same cut of problem q's own.
+
+    `value_rank` keeps `base`'s ranks (dense among all samples): sweeps only compare
+    neighbours for equality.
+    """
+    P, n = weights.shape
+    p = base.p
+    positive = weights > 0
+    counts = positive.sum(axis=1)
+    new_id = np.cumsum(positive, axis=1, dtype=np.int32) - 1  # (P, n)
+    flags = np.take(positive, base.perm, axis=1)  # (P, p, n), each feature's order
+    seen = np.zeros((P, p, n + 1), dtype=np.int16 if n < 2**15 else np.int32)
+    np.cumsum(flags, axis=2, out=seen[..., 1:])
+    perm = np.take(new_id, base.perm, axis=1)[flags]  # problem by problem, (p, m_q) each
+    vr_sorted = np.take_along_axis(base.value_rank, base.perm, axis=1)
+    sorted_values = np.broadcast_to(vr_sorted, (P, p, n))[flags]
+    # rank[q, f, j]: the position of problem q's j-th positive sample in f's own order
+    at = np.take_along_axis(seen[..., :n], np.broadcast_to(base.rank, (P, p, n)), axis=2)
+    rank = at[np.broadcast_to(positive[:, None, :], (P, p, n))]
+    value_rank = np.broadcast_to(base.value_rank, (P, p, n))[
+        np.broadcast_to(positive[:, None, :], (P, p, n))]
+    ends = np.concatenate([[0], np.cumsum(counts * p)])
+    layouts = []
+    for q in range(P):
+        m = int(counts[q])
+        one = slice(ends[q], ends[q + 1])
+        values = sorted_values[one].reshape(p, m)
+        cut_valid = np.zeros((p, m + 1), dtype=bool)
+        cut_valid[:, 0] = True
+        cut_valid[:, 1:m] = values[:, 1:] != values[:, :-1]
+        layouts.append(Layout(perm[one].reshape(p, m), rank[one].reshape(p, m).astype(np.int32),
+                              value_rank[one].reshape(p, m), cut_valid))
+    return layouts, seen
 
 
 def midpoint(lo: float, hi: float) -> float:

@@ -59,7 +59,7 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
     """
     features = np.arange(problem.p) if features is None else np.asarray(features)
     stats = np.where(mask[:, None], problem.stats, 0)
-    total = float(stats.sum())
+    total = set_total(stats, problem.weight)
     losses = np.empty(len(features))
     positions = np.empty(len(features), dtype=np.int64)
     # One feature at a time: the (n+1, C) intermediates of one feature stay small
@@ -74,6 +74,16 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
         positions[i] = np.argmin(loss)
         losses[i] = loss[positions[i]]
     return losses, positions
+
+
+def set_total(stats: np.ndarray, weight: np.ndarray) -> float:
+    """The summed stats `(n, C)` of a set (two-class losses start from it), over the
+    samples of positive `weight` alone: a problem that keeps zero-weight rows
+    (`reweighted_samples`) then sums the same array, in the same order, as its solve
+    without them. Float sums depend on how the terms are grouped, zeros included."""
+    if stats.dtype.kind != "f" or bool(np.all(weight > 0)):
+        return float(stats.sum())
+    return float(stats[weight > 0].sum())
 
 
 def limited_positions(problem: Problem, mask: np.ndarray, f: int) -> np.ndarray:
@@ -111,13 +121,43 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
     for b0 in range(0, len(problems), block):
         group = problems[b0 : b0 + block]
         stats = np.stack([pr.stats for pr in group])  # (B, n, C)
-        total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
-        loss = split_losses(stats[:, first.perm], total, first.loss_kind)  # (B, p, n+1)
+        if stats.dtype.kind != "f" and stats.shape[2] > 2:
+            loss = _count_split_losses(stats, first.perm)
+        else:
+            if stats.dtype.kind == "f":  # float sums: each as `stump_losses` forms it
+                total = np.array([set_total(pr.stats, pr.weight)
+                                  for pr in group])[:, None, None]
+            else:
+                total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
+            loss = split_losses(stats[:, first.perm], total, first.loss_kind)  # (B, p, n+1)
         loss = np.where(np.stack([pr.cut_valid for pr in group]), loss, np.inf)
         at = np.argmin(loss, axis=2)
         positions[b0 : b0 + len(group)] = at
         losses[b0 : b0 + len(group)] = np.take_along_axis(loss, at[..., None], axis=2)[..., 0]
     return losses, positions
+
+
+def _count_split_losses(stats: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """`split_losses` of integer class counts `(B, n, C)` in each feature's order `perm`
+    `(p, n)`: `(B, p, n + 1)`, the same numbers (integers, exact in float64 either way).
+
+    A stump's loss is `T - max_c left_c - max_c right_c`: integer prefix sums, channels
+    outermost, so that the maxima over classes are element-wise over whole rows (numpy
+    reduces a short last axis slowly) and the sums are half as wide as float64's.
+    """
+    B, n, C = stats.shape
+    p = perm.shape[0]
+    dtype = np.int32 if int(stats.sum(axis=(1, 2)).max(initial=0)) < 2**31 else np.int64
+    by_class = np.ascontiguousarray(stats.transpose(0, 2, 1), dtype=dtype)  # (B, C, n)
+    left = np.zeros((B, C, p, n + 1), dtype=dtype)
+    np.cumsum(np.take(by_class, perm, axis=2), axis=3, out=left[..., 1:])
+    best = left[:, 0].copy()  # (B, p, n + 1): largest class count left of each cut
+    best_right = left[:, 0, :, -1:] - left[:, 0]
+    for c in range(1, C):
+        np.maximum(best, left[:, c], out=best)
+        np.maximum(best_right, left[:, c, :, -1:] - left[:, c], out=best_right)
+    total = left[:, :, :, -1:].sum(axis=1)  # (B, p, 1): every feature's order sums all
+    return (total - best - best_right).astype(np.float64)
 
 
 def best_stump(problem: Problem, mask: np.ndarray, features=None) -> tuple[float, int, int]:
@@ -254,7 +294,161 @@ def tree_objective(tree: Tree, problem: Problem) -> float:
     return total
 
 
+# A full depth-2 tree in preorder: root, left child, its leaves, right child, its leaves.
+_FULL_LEFT = np.array([1, 2, LEAF, LEAF, 5, LEAF, LEAF], dtype=np.int32)
+_FULL_RIGHT = np.array([4, 3, LEAF, LEAF, 6, LEAF, LEAF], dtype=np.int32)
+
+
+def depth2_trees_alone(problems: list[Problem], splits: list) -> list[tuple[Tree, float]]:
+    """`(build_tree(pr, spec), tree_objective(...))` of depth-2 split specs
+    `(f0, t0, (f1, t1, None, None), (f2, t2, None, None))`, with fewer steps per problem.
+
+    A tree whose every split sends samples both ways (the usual case) is the full
+    7-node tree: its leaves come from three comparisons, and its values, weights and
+    objective from `fill_values`' and `tree_objective`'s numpy calls on the same arrays,
+    so the same numbers. Others (a split collapses) take `build_tree`.
+    """
+    out = []
+    for problem, spec in zip(problems, splits):
+        (f0, t0, left_spec, right_spec) = spec
+        X = problem.X
+        left = X[:, f0] <= t0
+        if left_spec is None or right_spec is None or left_spec[2] is not None \
+                or right_spec[2] is not None or left_spec[3] is not None \
+                or right_spec[3] is not None:
+            out.append(_built(problem, spec))
+            continue
+        (f1, t1, _, _), (f2, t2, _, _) = left_spec, right_spec
+        first = X[:, f1] <= t1
+        second = X[:, f2] <= t2
+        n_left = int(np.count_nonzero(left))
+        ll = int(np.count_nonzero(first & left))
+        rl = int(np.count_nonzero(second & ~left))
+        if not (0 < n_left < len(left) and 0 < ll < n_left and 0 < rl < len(left) - n_left):
+            out.append(_built(problem, spec))
+            continue
+        leaf_of = np.where(left, np.where(first, 2, 3), np.where(second, 5, 6))
+        member = np.zeros((7, problem.n), dtype=bool)  # as `fill_values`
+        member[leaf_of, np.arange(problem.n)] = True
+        member[1] = member[2] | member[3]
+        member[4] = member[5] | member[6]
+        member[0] = True
+        as_float = member.astype(np.float64)
+        w = problem.weight
+        weights = as_float @ w
+        if problem.task == "classification":
+            onehot = np.zeros((problem.n, len(problem.classes)))
+            onehot[np.arange(problem.n), problem.y] = 1.0
+            value = as_float @ (onehot * w[:, None])
+        else:
+            sums = as_float @ (problem.y * w[:, None])
+            value = sums / np.where(weights > 0, weights, 1.0)[:, None] + problem.y_offset[None]
+        tree = Tree(children_left=_FULL_LEFT.copy(), children_right=_FULL_RIGHT.copy(),
+                    feature=np.array([f0, f1, LEAF, LEAF, f2, LEAF, LEAF], dtype=np.int32),
+                    threshold=np.array([t0, t1, np.nan, np.nan, t2, np.nan, np.nan]),
+                    value=value, weighted_n_node_samples=weights, task=problem.task)
+        out.append((tree, _objective_of_leaves(problem, tree, leaf_of)))
+    return out
+
+
+def _built(problem: Problem, spec) -> tuple[Tree, float]:
+    tree = build_tree(problem, spec)
+    return tree, tree_objective(tree, problem)
+
+
+def _objective_of_leaves(problem: Problem, tree: Tree, leaf_of: np.ndarray) -> float:
+    """`tree_objective(tree, problem)` for the leaf of every sample, `leaf_of`."""
+    w = problem.weight
+    if problem.task == "classification":
+        predicted = np.argmax(tree.value[leaf_of], axis=1)
+        return float(np.sum(w * (predicted != problem.y)))
+    total = 0.0
+    for leaf in np.unique(leaf_of):
+        rows = leaf_of == leaf
+        wl, yl = w[rows], problem.y[rows]
+        mean = (wl[:, None] * yl).sum(axis=0) / wl.sum()
+        total += float(np.sum(wl[:, None] * (yl - mean) ** 2))
+    return total
+
+
 TREE_CHUNK = 128  # problems per block of `depth2_trees_shared`
+
+
+def depth2_cuts_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: np.ndarray,
+                       specs: np.ndarray, q: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The cuts of depth-2 incumbents `specs[q] = (f0, t, f1, f2)` of problems `q` that
+    share one layout (`Problem.reweighted`, `reweighted_samples`), vectorised over them:
+    `(k0, k1, k2, thresholds)`, the root's and its children's cut positions `(Q,)` each
+    and their thresholds `(Q, 3)`, as `search.depth2_splits` finds them one at a time:
+    the children's stumps from the same `split_losses` arithmetic (prefix sums in the
+    feature's order, to which zero-weight rows add exact zeros) and tie-breaks, the
+    thresholds from the same midpoints."""
+    first = problems[0]
+    n = first.n
+    f0, t, f1, f2 = (np.asarray(c, dtype=np.int64) for c in specs[q].T)
+    weight = np.stack([problems[i].weight for i in q])  # (Q, n)
+    stats = np.stack([problems[i].stats for i in q])  # (Q, n, C)
+    k0 = cut_pos[q, f0, t]
+    left = first.rank[f0] < k0[:, None]  # (Q, n), sample order
+    two_class_counts = stats.shape[2] == 2 and stats.dtype.kind != "f"
+    if two_class_counts:
+        signed_all = stats[..., 1] - stats[..., 0]
+        mass = weight.sum(axis=1)  # bounds each side's weight
+
+    def best_position(mask: np.ndarray, f: np.ndarray) -> np.ndarray:
+        if two_class_counts:  # the same integer arithmetic as the batch's best stumps
+            ordered = np.take_along_axis(signed_all * mask, first.perm[f], axis=1)
+            return two_class_stumps(ordered[:, None], cut_valid[q, f][:, None], mass)[1][:, 0]
+        masked = np.where(mask[..., None], stats, 0)
+        if stats.dtype.kind == "f":  # as `stump_losses` sums each set
+            total = np.array([set_total(m, w) for m, w in zip(masked, weight)])[:, None]
+        else:
+            total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
+        ordered = np.take_along_axis(masked, first.perm[f][..., None], axis=1)
+        loss = split_losses(ordered, total, problems[q[0]].loss_kind)
+        return np.argmin(np.where(cut_valid[q, f], loss, np.inf), axis=1)
+
+    def thresholds(f: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """`position_threshold(problem q, f, k)` for valid cuts `k` (or 0, n).
+
+        A valid cut sits right after a positive sample, so only the first positive
+        sample at or after k is searched for: a few steps (bootstrap weights leave
+        about a third of the samples at zero).
+        """
+        after = k.copy()
+        while True:
+            open_ = np.nonzero(after < n)[0]
+            open_ = open_[weight[open_, first.perm[f[open_], after[open_]]] <= 0]
+            if len(open_) == 0:
+                break
+            after[open_] += 1
+        lo = first.X[first.perm[f, np.maximum(k - 1, 0)], f]
+        hi = first.X[first.perm[f, np.minimum(after, n - 1)], f]
+        with np.errstate(over="ignore", invalid="ignore"):
+            mid = lo / 2.0 + hi / 2.0  # as `midpoint`
+        mid = np.where((lo <= mid) & (mid < hi), mid, lo)
+        return np.where(k == 0, -np.inf, np.where(after >= n, np.inf, mid))
+
+    k1, k2 = best_position(left, f1), best_position(~left, f2)
+    thr = np.stack([thresholds(f0, k0), thresholds(f1, k1), thresholds(f2, k2)], axis=1)
+    return k0, k1, k2, thr
+
+
+def depth2_splits_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: np.ndarray,
+                         specs: np.ndarray) -> list[tuple]:
+    """`search.depth2_splits(problems[q], *specs[q])` of every problem (no penalty),
+    for problems that share one layout, vectorised over them (`depth2_cuts_shared`)."""
+    out: list = [None] * len(problems)
+
+    def fill(c0: int) -> None:
+        q = np.arange(c0, min(len(problems), c0 + TREE_CHUNK))
+        *_, thr = depth2_cuts_shared(problems, cut_pos, cut_valid, specs, q)
+        for i, (f0, _, f1, f2), (t0, t1, t2) in zip(q, specs[q].tolist(), thr.tolist()):
+            out[i] = (f0, t0, (f1, t1, None, None), (f2, t2, None, None))
+
+    run_all(fill, range(0, len(problems), TREE_CHUNK))
+    return out
 
 
 def depth2_trees_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: np.ndarray,
@@ -263,64 +457,23 @@ def depth2_trees_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid:
     problems that share one layout (`Problem.reweighted`), vectorised over problems.
 
     `specs[q] = (f0, t, f1, f2)`: problem q's tree is `search.depth2_splits(problems[q],
-    f0, t, f1, f2)`. The same trees as one at a time: the children's stumps come from the same
-    `split_losses` arithmetic and tie-breaks, the thresholds from the same midpoints,
-    and splits that send no weight to one side collapse as `build_tree` collapses them.
-    Counts are integers, so node values and objectives are exact sums.
+    f0, t, f1, f2)`. The same trees as one at a time: the cuts and thresholds of
+    `depth2_cuts_shared`, and splits that send no weight to one side collapse as
+    `build_tree` collapses them. Counts are integers, so node values and objectives are
+    exact sums.
     """
     first = problems[0]
-    n_problems, n, C = len(problems), first.n, len(first.classes)
-    f0, t, f1, f2 = (np.asarray(c, dtype=np.int64) for c in specs.T)
+    n_problems, C = len(problems), len(first.classes)
+    f0, f1, f2 = (np.asarray(specs[:, i], dtype=np.int64) for i in (0, 2, 3))
     thr = np.empty((n_problems, 3))  # thresholds of the root, its left and its right child
     sums = np.empty((n_problems, 4, C))  # class weights of the leaves LL, LR, RL, RR
 
     def fill(c0: int) -> None:  # problems c0 .. c0 + TREE_CHUNK - 1, on the pool's threads
         q = np.arange(c0, min(n_problems, c0 + TREE_CHUNK))
+        k0, k1, k2, thr[q] = depth2_cuts_shared(problems, cut_pos, cut_valid, specs, q)
         weight = np.stack([problems[i].weight for i in q])  # (Q, n)
-        stats = np.stack([problems[i].stats for i in q])  # (Q, n, C)
         lanes = np.arange(len(q))
-        k0 = cut_pos[q, f0[q], t[q]]
         left = first.rank[f0[q]] < k0[:, None]  # (Q, n), sample order
-
-        if C == 2:
-            signed_all = stats[..., 1] - stats[..., 0]
-            mass = weight.sum(axis=1)  # bounds each side's weight
-
-        def best_position(mask: np.ndarray, f: np.ndarray) -> np.ndarray:
-            if C == 2:  # the same integer arithmetic as the batch's best stumps
-                ordered = np.take_along_axis(signed_all * mask, first.perm[f], axis=1)
-                return two_class_stumps(ordered[:, None], cut_valid[q, f][:, None],
-                                        mass)[1][:, 0]
-            masked = np.where(mask[..., None], stats, 0)
-            total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
-            ordered = np.take_along_axis(masked, first.perm[f][..., None], axis=1)
-            loss = split_losses(ordered, total, first.loss_kind)
-            return np.argmin(np.where(cut_valid[q, f], loss, np.inf), axis=1)
-
-        def thresholds(f: np.ndarray, k: np.ndarray) -> np.ndarray:
-            """`position_threshold(problem q, f, k)` for valid cuts `k` (or 0, n).
-
-            A valid cut sits right after a positive sample, so only the first positive
-            sample at or after k is searched for: a few steps (bootstrap weights leave
-            about a third of the samples at zero).
-            """
-            after = k.copy()
-            while True:
-                open_ = np.nonzero(after < n)[0]
-                open_ = open_[weight[open_, first.perm[f[open_], after[open_]]] <= 0]
-                if len(open_) == 0:
-                    break
-                after[open_] += 1
-            lo = first.X[first.perm[f, np.maximum(k - 1, 0)], f]
-            hi = first.X[first.perm[f, np.minimum(after, n - 1)], f]
-            with np.errstate(over="ignore", invalid="ignore"):
-                mid = lo / 2.0 + hi / 2.0  # as `midpoint`
-            mid = np.where((lo <= mid) & (mid < hi), mid, lo)
-            return np.where(k == 0, -np.inf, np.where(after >= n, np.inf, mid))
-
-        k1, k2 = best_position(left, f1[q]), best_position(~left, f2[q])
-        thr[q] = np.stack([thresholds(f0[q], k0), thresholds(f1[q], k1),
-                           thresholds(f2[q], k2)], axis=1)
         # Each cut's threshold sends a sample of positive weight left exactly when its
         # rank is below the cut (zero weights add nothing to the sums): ranks, not values.
         quadrant = np.where(left, np.where(first.rank[f1[q]] < k1[:, None], 0, 1),

@@ -8,8 +8,10 @@ numpy calls and one kernel call per kind for all problems, rows tagged with thei
 problem.
 
 A reweighted problem numbers its thresholds as a solve of that weighted problem alone
-does (`Problem.reweighted`), so each search takes the same path as `solve` would and
-returns the same tree.
+does (`Problem.reweighted`, `reweighted_samples` for float sums), so each search takes
+the same path as `solve` would and returns the same tree. Sweeps may run on each
+problem's own positive samples (`positive_layouts`, `_OwnPositions`), the sweeps
+`solve` runs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import gc
 from collections.abc import Callable, Sequence
 
@@ -24,18 +27,33 @@ import jax
 import numpy as np
 
 from qbnb_jax._device.cache import enable_persistent_cache
-from qbnb_jax._device.kernels import SweepData
+from qbnb_jax._device.kernels import BLOCKED_FROM, SweepData, execution_plan, padded_length
 from qbnb_jax._device.memory import tune_malloc
 from qbnb_jax._device.parallel import THREADS
 from qbnb_jax._device.runner import COUNTER_NAMES, KernelRunner
-from qbnb_jax._problem.data import Problem, ThresholdTables, as_sample_weight, make_problem
-from qbnb_jax._problem.host import depth2_trees_shared
+from qbnb_jax._problem.data import (
+    Layout,
+    Problem,
+    ThresholdTables,
+    as_sample_weight,
+    as_targets,
+    make_problem,
+    positive_layouts,
+    reweighted_samples,
+)
+from qbnb_jax._problem.host import (
+    build_tree,
+    depth2_splits_shared,
+    depth2_trees_alone,
+    depth2_trees_shared,
+    tree_objective,
+)
 from qbnb_jax._problem.leaf_limits import leaf_limits
 from qbnb_jax._search.deep import DeepSearch
 from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.search import Search
 from qbnb_jax._search.solve import SolveResult, _check_options, _make_result
-from qbnb_jax._search.state import SearchOptions
+from qbnb_jax._search.state import SearchOptions, absolute_tolerance
 
 
 def solve_batch(
@@ -56,13 +74,14 @@ def solve_batch(
 
     Bootstrap samples are integer weights, cross-validation folds 0/1 weights. Result
     `i` is the tree `solve(X, y, sample_weight=sample_weights[i], ...)` returns: the
-    same tree and objective. Integer-weighted classification problems share one
-    presorted layout; regression and fractional weights give each problem the layout
-    of its own samples (`(p, p, n)` int32 each), so float sums run in solve()'s order.
-    With two classes and 32 or more such problems the kernels take the problems as
-    vector lanes; 512 or more run as two halves on two threads (without a `progress`
-    callback). Neither changes any result. The first call sets glibc's malloc
-    thresholds for the process (`memory.tune_malloc`; `QBNB_JAX_TUNE_MALLOC=0`: not).
+    same tree and objective. The problems share one presorted layout (`X` sorted once;
+    regression and fractional weights at depth 1 and 2 on a CPU, see docs/design.md,
+    "Batching"); at depth 2 all but two-class counts sweep each problem's positive
+    samples alone, in orders derived from the shared ones. With two classes and 32 or
+    more integer-weighted problems the kernels take the problems as vector lanes; 512
+    or more run as two halves on two threads (without a `progress` callback). Neither
+    changes any result. The first call sets glibc's malloc thresholds for the process
+    (`memory.tune_malloc`; `QBNB_JAX_TUNE_MALLOC=0`: not).
 
     **Arguments:**
 
@@ -113,12 +132,39 @@ def _solve_batch(X, y, sample_weights, task: str, depth: int, options: SearchOpt
             return _in_two_halves(lambda rows: _solve_stacked(base, W[rows], depth, options),
                                   len(W))
         return _solve_stacked(base, W, depth, options)
-    # Float sums depend on the order of the samples summed, zero-weight ones included;
-    # to take solve()'s exact path (and tie-breaks) each problem gets the layout of its
-    # own samples, as solve() builds it.
+    if depth <= 2 and _float_sums_shareable(base):
+        # Float sums on the shared layout: zero-weight rows add exact zeros to the
+        # sequential sums (`reweighted_samples`), so they are solve()'s numbers.
+        targets = as_targets(y, base.n) if task == "regression" else None
+        if options.progress is None and THREADS > 1 and len(W) >= 2 * SPLIT_FROM:
+            return _in_two_halves(
+                lambda rows: _solve_floats(base, W[rows], targets, depth, options), len(W))
+        return _solve_floats(base, W, targets, depth, options)
+    # Otherwise each problem gets the layout of its own samples, as solve() builds it,
+    # so that float sums group their terms as solve()'s do.
     problems = [make_problem(X, y, task=task, sample_weight=w) for w in W]
     return _solve_problems(_Batch(problems, problems, list(range(len(problems)))), depth,
                            options)
+
+
+def _solve_floats(base: Problem, W: np.ndarray, targets: np.ndarray | None, depth: int,
+                  options: SearchOptions) -> list[SolveResult]:
+    """Problems `base` under each row of float weights `W`, on one shared layout."""
+    problems, alone, tables = reweighted_samples(base, W, targets)
+    own = (*positive_layouts(base, W), alone) if depth == 2 else None
+    return _solve_problems(_Batch([base], problems, [0] * len(problems), tables=tables,
+                                  alone=alone, own=own), depth, options)
+
+
+def _float_sums_shareable(base: Problem) -> bool:
+    """Whether problems with float sums (regression, fractional weights) can share
+    `base`'s layout and still form solve()'s numbers: only where every prefix sum runs
+    one sample at a time, the sequential plan below the blocked sweeps' lengths (a
+    log-depth scan groups its terms by position, zero-weight rows included). Deeper
+    trees and missing values (whose trees are rebuilt from all rows' weights) keep
+    a layout per problem."""
+    return (execution_plan() == "sequential" and padded_length(base.n) < BLOCKED_FROM
+            and base.missing is None)
 
 
 def _solve_stacked(base: Problem, W: np.ndarray, depth: int, options: SearchOptions
@@ -130,8 +176,30 @@ def _solve_stacked(base: Problem, W: np.ndarray, depth: int, options: SearchOpti
     problems, tables = base.reweighted(
         W, signed_out=None if stat_tables is None else stat_tables["sorted_scan"],
         mass_out=None if stat_tables is None else stat_tables["root_cum"])
+    own = None
+    if stat_tables is None and depth == 2 and len(W) >= OWN_LAYOUTS_FROM:
+        # Many classes sweep rows (not `sweep_grid`'s lanes): on each problem's positive
+        # samples alone, a bootstrap's sweeps skip its zero-weight third. Counts are
+        # exact in any order, so the losses are the same.
+        own = (*positive_layouts(base, W), _positive_rows(problems, W))
     return _solve_problems(_Batch([base], problems, [0] * len(problems), tables=tables,
-                                  stat_tables=stat_tables), depth, options)
+                                  stat_tables=stat_tables, own=own), depth, options)
+
+
+# Count batches of at least this many problems sweep each on its own samples: the
+# layouts cost host work per problem, which a few problems' sweeps do not repay.
+OWN_LAYOUTS_FROM = 8
+
+
+def _positive_rows(problems: list[Problem], W: np.ndarray) -> list[Problem]:
+    """Copies of `problems` whose `stats` hold their positive-weight rows alone (for
+    `SweepData`, which reads nothing else of them)."""
+    out = []
+    for problem, w in zip(problems, W):
+        copy = object.__new__(Problem)
+        copy.__dict__.update(problem.__dict__, stats=problem.stats[w > 0])
+        out.append(copy)
+    return out
 
 
 def _in_two_halves(solve_rows: Callable[[slice], list[SolveResult]], n_problems: int
@@ -202,7 +270,8 @@ def _solve_datasets(datasets, task: str, depth: int, options: SearchOptions
                            options)
 
 
-# Stacked batches of at least twice this many problems run as two concurrent halves.
+# Batches on a shared layout of at least twice this many problems run as two
+# concurrent halves.
 SPLIT_FROM = 256
 _SECOND_HALF = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qbnb_jax-half")
 
@@ -279,20 +348,32 @@ class _Batch:
     layout_of: list[int]  # (n_problems,) the layout of each problem
     tables: ThresholdTables | None = None  # stacked tables of a shared layout
     stat_tables: dict | None = None  # the kernels' stat tables, when precomputed
+    # float sums on a shared layout: each problem's positive samples alone
+    # (`reweighted_samples`), for its tree, objective and tolerance
+    alone: list[Problem] | None = None
+    # sweeps on each problem's positive samples alone: their layouts, the table `seen`
+    # that turns the shared layout's positions into theirs (`positive_layouts`), and
+    # the problems with those samples' stats
+    own: tuple[list[Layout], np.ndarray, list[Problem]] | None = None
 
 
 def _solve_problems(batch: _Batch, depth: int, options: SearchOptions) -> list[SolveResult]:
     enable_persistent_cache()
-    problems = batch.problems
+    problems, layouts, layout_of = batch.problems, batch.layouts, batch.layout_of
+    if batch.own is not None:  # swept on each problem's own samples, as solve() sweeps
+        layouts, seen, problems = batch.own
+        layout_of = range(len(problems))
     stats = _common_stats(problems)
     device_view = [pr if st is pr.stats else dataclasses.replace(pr, stats=st)
                    for pr, st in zip(problems, stats)]
     if any(pr.loss_kind == "weighted" for pr in problems):
         device_view = [dataclasses.replace(pr, loss_kind="weighted") for pr in device_view]
     with jax.enable_x64(True):
-        data = SweepData.from_problems(batch.layouts, device_view, batch.layout_of,
+        data = SweepData.from_problems(layouts, device_view, list(layout_of),
                                        stat_tables=batch.stat_tables)
         runner = KernelRunner(device_view[0], data)
+        if batch.own is not None:
+            runner = _OwnPositions(runner, seen)
         if depth <= 2:
             results = _solve_shallow(batch, depth, options, runner)
         else:
@@ -306,10 +387,25 @@ def _solve_problems(batch: _Batch, depth: int, options: SearchOptions) -> list[S
                 searches.append(search)
             results = [(search, 0, None) for search in searches]
     out = []
-    for search, q, tree in results:
+    for i, (search, q, tree) in enumerate(results):
         search.runner = runner  # every result reports the batch's kernel counters
+        if tree is None and batch.alone is not None:
+            tree = _built_alone(search, q, batch.alone[i])
         out.append(_make_result(search, depth, q, tree))
     return out
+
+
+def _built_alone(search: Search, q: int, alone: Problem) -> tuple:
+    """Problem q's tree and objective, from its positive samples alone: node values
+    and the objective are float sums over whole sets, which zero-weight rows would
+    group differently than solve() does."""
+    splits = search.deferred_splits(q)
+    return _tree_alone(alone, splits() if callable(splits) else splits)
+
+
+def _tree_alone(alone: Problem, splits) -> tuple:
+    tree = build_tree(alone, splits)
+    return tree, tree_objective(tree, alone)
 
 
 def _solve_shallow(batch: _Batch, depth: int, options: SearchOptions, runner: KernelRunner
@@ -321,18 +417,25 @@ def _solve_shallow(batch: _Batch, depth: int, options: SearchOptions, runner: Ke
     """
     problems = batch.problems
     if depth == 1:
-        search = Search(problems, options, runner=runner)
+        search = _search_of(batch, options, runner)
         search.solve_depth1()
         return [(search, q, None) for q in range(len(problems))]
     if batch.tables is not None:  # one shared layout: one frontier
-        search = Search(problems, options, runner=runner)
+        search = _search_of(batch, options, runner)
         # a single problem sweeps as `solve` would, from its own tables
         solve_depth2(search, batch.tables if len(problems) > 1 else None,
                      runner_rows=np.arange(len(problems)))
-        if problems[0].loss_kind == "count" and (search.incumbents.depth2_spec[:, 0] >= 0).all():
-            built = depth2_trees_shared(problems, batch.tables.cut_pos,
-                                        batch.tables.cut_valid, search.incumbents.depth2_spec)
-            return [(search, q, tree) for q, tree in enumerate(built)]
+        specs = search.incumbents.depth2_spec
+        if (specs[:, 0] >= 0).all() and len(problems) > 1:  # depth-2 trees, built at once
+            if batch.alone is not None:  # the cuts at once; float sums of each tree alone
+                splits = depth2_splits_shared(problems, batch.tables.cut_pos,
+                                              batch.tables.cut_valid, specs)
+                built = depth2_trees_alone(batch.alone, splits)
+                return [(search, q, tree) for q, tree in enumerate(built)]
+            if problems[0].loss_kind == "count":
+                built = depth2_trees_shared(problems, batch.tables.cut_pos,
+                                            batch.tables.cut_valid, specs)
+                return [(search, q, tree) for q, tree in enumerate(built)]
         return [(search, q, None) for q in range(len(problems))]
     widths = np.array([pr.p for pr in problems])
     found: list = [None] * len(problems)
@@ -343,3 +446,42 @@ def _solve_shallow(batch: _Batch, depth: int, options: SearchOptions, runner: Ke
         for q, member in enumerate(members):
             found[member] = (search, q, None)
     return found
+
+
+def _search_of(batch: _Batch, options: SearchOptions, runner: KernelRunner) -> Search:
+    """One search of all the batch's problems; float sums on a shared layout take each
+    problem's pruning tolerance from its positive samples alone, as solve() does."""
+    search = Search(batch.problems, options, runner=runner)
+    if batch.alone is not None:
+        search.incumbents.atol[:] = [absolute_tolerance(pr) for pr in batch.alone]
+    return search
+
+
+class _OwnPositions:
+    """A runner for searches on a shared layout whose problems' sweeps run on their own
+    layouts (`positive_layouts`): each request's positions, in the shared layout's
+    feature orders, become the same cuts of the problem's own samples.
+
+    A zero-weight row costs a step of every sweep that scans it: a bootstrap leaves a
+    third of the rows at zero. On its own samples a sweep is the one solve() runs,
+    the same sums in the same order.
+    """
+
+    def __init__(self, runner: KernelRunner, seen: np.ndarray):
+        self.runner = runner
+        self.seen = seen  # (problems, p, n + 1)
+
+    def __getattr__(self, name):
+        return getattr(self.runner, name)
+
+    def _own(self, problem: np.ndarray, f0: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        if positions.ndim == 2:
+            return self.seen[problem[:, None], f0[:, None], positions]
+        return self.seen[problem, f0, positions]
+
+    def full(self, f0, f, cuts, problem):
+        return self.runner.full(f0, f, self._own(problem, f0, cuts), problem=problem)
+
+    def window(self, f0, f, lo, hi, cuts, problem):
+        own = functools.partial(self._own, problem, f0)
+        return self.runner.window(f0, f, own(lo), own(hi), own(cuts), problem=problem)
