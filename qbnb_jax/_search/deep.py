@@ -124,6 +124,18 @@ class DeepSearch(Search):
                                            self.side_budget(key))
         return self.sides[key]
 
+    def side_size(self, key) -> int:
+        """Samples (of positive weight) of side `key` `(f0, k, which)`: `n` of its
+        `side_problem`, without compacting it."""
+        if self.__dict__.get("_positive_before") is None:  # (p, n + 1), f's order
+            problem = self.problem
+            positive = problem.weight[problem.perm] > 0
+            self._positive_before = np.zeros((problem.p, problem.n + 1), dtype=np.int64)
+            np.cumsum(positive, axis=1, out=self._positive_before[:, 1:])
+        f0, k, which = key
+        left = int(self._positive_before[f0, k])
+        return left if which == LEFT else int(self._positive_before[f0, -1]) - left
+
     def side_problem(self, key) -> Problem:
         """The samples of side `key` `(f0, k, which)`, compacted (`Problem.compact`)."""
         f0, k, which = key

@@ -17,9 +17,14 @@ frontier (depth-2 decisions are per problem, `_search/depth2.py`).
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
+from collections.abc import Callable
+
 import numpy as np
 
 from qbnb_jax._device.kernels import padded_length
+from qbnb_jax._device.parallel import THREADS
 from qbnb_jax._device.runner import KernelRunner
 from qbnb_jax._problem.data import Problem, ThresholdTables, two_class_stumps
 from qbnb_jax._search.deep import SIDE_LAYOUT_BYTES, DeepSearch
@@ -62,34 +67,80 @@ def solve_deep_lockstep(searches: list[DeepSearch], runner: KernelRunner) -> Non
 
 def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
                 runner: KernelRunner) -> None:
-    """Solve the side requests `pending` `{search index: (keys, cutoffs)}`."""
-    owners, keys, subs, cutoffs = [], [], [], []
+    """Solve the side requests `pending` `{search index: (keys, cutoffs)}`.
+
+    The batches are independent depth-2 searches; two threads take them in turn, so
+    that one's host work (compacting, tables, bookkeeping) runs while the other's
+    kernels do. Each batch's outcome is the same on either thread.
+    """
+    owners, keys, sizes, cutoffs = [], [], [], []
     for i, (request_keys, request_cutoffs) in pending.items():
         search = searches[i]
         if search.depth != 3 or search.budgets is not None:
             search.solve_sides(request_keys, request_cutoffs)
             continue
         for key, cutoff in search.pending_sides(request_keys, request_cutoffs).items():
-            sub = search.side_problem(key)
-            if sub.n == 0:
+            size = search.side_size(key)
+            if size == 0:
                 search.sides[key] = (0.0, 0.0, None)
                 continue
             search.subproblems += 1
             owners.append(search)
             keys.append(key)
-            subs.append(sub)
+            sizes.append(size)
             cutoffs.append(cutoff)
-    if not subs:
+    if not keys:
         return
     side_options = searches[0].side_options
-    p = subs[0].p
-    for batch in lockstep_batches([sub.n for sub in subs], p):
-        batch_subs = [subs[j] for j in batch]
-        search = Search(batch_subs, side_options, runner=runner.for_compact(batch_subs),
+
+    def solve(batch: list[int]) -> None:
+        subs = [owners[j].side_problem(keys[j]) for j in batch]
+        search = Search(subs, side_options, runner=runner.for_compact(subs),
                         cutoff=[cutoffs[j] for j in batch])
-        solve_depth2(search, side_tables(batch_subs))
+        solve_depth2(search, side_tables(subs))
         for q, j in enumerate(batch):
             owners[j].sides[keys[j]] = search.outcome(q)
+
+    # largest first: the last batches taken are short, so both threads end together
+    on_two_threads(solve, lockstep_batches(sizes, searches[0].problem.p)[::-1])
+
+
+def on_two_threads(fn: Callable[[list[int]], None], items: list) -> None:
+    """`fn(item)` for every item, taken in turn by this thread and one more.
+
+    An exception on either thread stops both and is raised here. (`solve_batch` sets
+    no stop event, `runner.set_stop_event`, for the helper to inherit.)
+    """
+    if THREADS < 2 or len(items) < 2:
+        for item in items:
+            fn(item)
+        return
+    lock = threading.Lock()
+    queue = iter(items)
+    failed = threading.Event()
+
+    def work() -> None:
+        try:
+            while not failed.is_set():
+                with lock:
+                    item = next(queue, None)
+                if item is None:
+                    return
+                fn(item)
+        except BaseException:
+            failed.set()
+            raise
+
+    helper = _HELPER.submit(work)
+    try:
+        work()
+    finally:
+        concurrent.futures.wait([helper])  # nothing of this round runs on after it
+    helper.result()
+
+
+# One long-lived helper thread (a new thread per round would get a new malloc arena).
+_HELPER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qbnb_jax-sides")
 
 
 def side_tables(subs: list[Problem]) -> ThresholdTables:
