@@ -96,3 +96,18 @@ def test_side_tables_stumps_equal_host_stumps():
         losses, positions = stump_losses(sub, np.ones(sub.n, dtype=bool))
         assert np.array_equal(tables.stump_loss[q], losses)
         assert np.array_equal(tables.stump_position[q], positions)
+
+
+def test_depth3_batch_time_limit_keeps_valid_bounds():
+    """Out of time in the middle of the lockstep rounds: every problem's bound stays
+    below its true optimum."""
+    rng = np.random.default_rng(2)
+    X, y = make_data(rng, "classification", 2, 200, 5)
+    W = folds(rng, 200, 3)
+    results = qbnb_jax.solve_batch(X, y, W, task="classification", depth=3,
+                                   time_limit=0.05)
+    for w, res in zip(W, results):
+        assert res.status in ("time_limit", "optimal")
+        assert 0 <= res.lower_bound <= res.objective
+        best = qbnb_jax.solve(X, y, task="classification", depth=3, sample_weight=w)
+        assert res.lower_bound <= best.objective + 1e-9 <= res.objective + 1e-9
