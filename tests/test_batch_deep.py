@@ -102,8 +102,8 @@ def test_depth3_batch_time_limit_keeps_valid_bounds():
     """Out of time in the middle of the lockstep rounds: every problem's bound stays
     below its true optimum."""
     rng = np.random.default_rng(2)
-    X, y = make_data(rng, "classification", 2, 200, 5)
-    W = folds(rng, 200, 3)
+    X, y = make_data(rng, "classification", 2, 120, 4)
+    W = folds(rng, 120, 3)
     results = qbnb_jax.solve_batch(X, y, W, task="classification", depth=3,
                                    time_limit=0.05)
     for w, res in zip(W, results):
