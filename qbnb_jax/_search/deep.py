@@ -127,14 +127,10 @@ class DeepSearch(Search):
     def side_size(self, key) -> int:
         """Samples (of positive weight) of side `key` `(f0, k, which)`: `n` of its
         `side_problem`, without compacting it."""
-        if self.__dict__.get("_positive_before") is None:  # (p, n + 1), f's order
-            problem = self.problem
-            positive = problem.weight[problem.perm] > 0
-            self._positive_before = np.zeros((problem.p, problem.n + 1), dtype=np.int64)
-            np.cumsum(positive, axis=1, out=self._positive_before[:, 1:])
+        problem = self.problem
         f0, k, which = key
-        left = int(self._positive_before[f0, k])
-        return left if which == LEFT else int(self._positive_before[f0, -1]) - left
+        left = int(np.count_nonzero(problem.weight[problem.perm[f0, :k]] > 0))
+        return left if which == LEFT else int(np.count_nonzero(problem.weight > 0)) - left
 
     def side_problem(self, key) -> Problem:
         """The samples of side `key` `(f0, k, which)`, compacted (`Problem.compact`)."""
