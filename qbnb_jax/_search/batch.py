@@ -50,6 +50,7 @@ from qbnb_jax._problem.host import (
 )
 from qbnb_jax._problem.leaf_limits import leaf_limits
 from qbnb_jax._search.deep import DeepSearch
+from qbnb_jax._search.deep_batch import solve_deep_lockstep
 from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.search import Search
 from qbnb_jax._search.solve import SolveResult, _check_options, _make_result
@@ -377,14 +378,18 @@ def _solve_problems(batch: _Batch, depth: int, options: SearchOptions) -> list[S
         if depth <= 2:
             results = _solve_shallow(batch, depth, options, runner)
         else:
-            # Deeper trees recurse into subsets of one problem at a time; they share the
-            # batch's layouts and compiled kernels (and so its stat channels and dtype).
-            searches = []
-            for i, pr in enumerate(device_view):
-                search = DeepSearch(pr, options.quiet(), depth=depth,
-                                    runner=runner.for_problem(i, pr))
-                search.solve_deep()
-                searches.append(search)
+            # Deeper trees recurse into subsets; they share the batch's layouts and
+            # compiled kernels (and so its stat channels and dtype). Depth 3 runs every
+            # problem's search in lockstep, the sides of all in shared depth-2 frontiers
+            # (`_search/deep_batch.py`); deeper ones run one problem at a time.
+            searches = [DeepSearch(pr, options.quiet(), depth=depth,
+                                   runner=runner.for_problem(i, pr))
+                        for i, pr in enumerate(device_view)]
+            if depth == 3:
+                solve_deep_lockstep(searches, runner)
+            else:
+                for search in searches:
+                    search.solve_deep()
             results = [(search, 0, None) for search in searches]
     out = []
     for i, (search, q, tree) in enumerate(results):

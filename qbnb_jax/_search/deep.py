@@ -124,6 +124,29 @@ class DeepSearch(Search):
                                            self.side_budget(key))
         return self.sides[key]
 
+    def side_size(self, key) -> int:
+        """Samples (of positive weight) of side `key` `(f0, k, which)`: `n` of its
+        `side_problem`, without compacting it."""
+        problem = self.problem
+        f0, k, which = key
+        left = int(np.count_nonzero(problem.weight[problem.perm[f0, :k]] > 0))
+        return left if which == LEFT else int(np.count_nonzero(problem.weight > 0)) - left
+
+    def side_problem(self, key) -> Problem:
+        """The samples of side `key` `(f0, k, which)`, compacted (`Problem.compact`)."""
+        f0, k, which = key
+        left = self.problem.rank[f0] < k
+        return self.problem.compact(left if which == LEFT else ~left)
+
+    def pending_sides(self, keys, cutoffs) -> dict:
+        """`{key: cutoff}` of the sides of `keys` not solved yet, each with the loosest
+        of its cutoffs (which serves every request)."""
+        cutoff_of: dict[tuple, float] = {}
+        for key, cutoff in zip(keys, cutoffs):
+            if key not in self.sides:
+                cutoff_of[key] = max(cutoff_of.get(key, -np.inf), cutoff)
+        return cutoff_of
+
     def root_split(self, f0: int, k: int):
         """Evaluate every tree whose root cuts f0 before sorted position k."""
         p_lb, p_ub, p_splits = self.side(f0, k, LEFT)
@@ -140,6 +163,15 @@ class DeepSearch(Search):
         return (f0, position_threshold(self.problem, f0, k), built(left), built(right))
 
     def solve_deep(self) -> None:
+        """Solve this problem, its sides in batches of its own (`solve_sides`)."""
+        for keys, cutoffs in self.deep_steps():
+            self.solve_sides(keys, cutoffs)
+
+    def deep_steps(self):
+        """The search as a generator of side requests `(keys, cutoffs)`: the caller
+        solves (`solve_sides`, or a lockstep batch of many searches' requests,
+        `_search/deep_batch.py`) every side of `keys` not in `self.sides` yet, with the
+        loosest of its cutoffs, then resumes the generator."""
         problem = self.problem
         everyone = np.ones(problem.n, dtype=bool)
         _, f, k = best_stump(problem, everyone)  # greedy root, optimal subtrees
@@ -150,7 +182,7 @@ class DeepSearch(Search):
         # any side (the other side's floor is 0): a side that cannot beat it is not
         # needed, and stops early with "at least the cutoff".
         start = self.incumbent if self.options.anytime else np.inf
-        self.solve_sides([all_key, (f, k, LEFT), (f, k, RIGHT)], [start] * 3)
+        yield [all_key, (f, k, LEFT), (f, k, RIGHT)], [start] * 3
         all_lb, all_ub, all_splits = self.sides[all_key]
         self.offer(all_ub, all_splits)
         self.root_split(f, k)
@@ -178,7 +210,7 @@ class DeepSearch(Search):
         while frontier.size:
             if not self.begin_iteration(frontier.lower_bound):
                 return
-            frontier = self.step_deep(frontier)
+            frontier = yield from self.step_deep(frontier)
             self.report(frontier.lower_bound)
         self.incumbents.prove_optimal(0)
 
@@ -209,10 +241,7 @@ class DeepSearch(Search):
         beat it cannot be part of a better tree, and "at least the cutoff" stays a
         valid bound of the side for any later use. Deeper sides are solved one by one.
         """
-        cutoff_of: dict[tuple, float] = {}
-        for key, cutoff in zip(keys, cutoffs):
-            if key not in self.sides:  # the loosest cutoff serves every request
-                cutoff_of[key] = max(cutoff_of.get(key, -np.inf), cutoff)
+        cutoff_of = self.pending_sides(keys, cutoffs)
         todo = list(cutoff_of)
         if self.depth - 1 != 2 or len(todo) < 2:
             for key in todo:
@@ -220,10 +249,7 @@ class DeepSearch(Search):
             return
         if self.runner is None:
             self.runner = KernelRunner(self.problem)
-        subs = []
-        for f0, k, which in todo:
-            left = self.problem.rank[f0] < k
-            subs.append(self.problem.compact(left if which == LEFT else ~left))
+        subs = [self.side_problem(key) for key in todo]
         for key, sub in zip(todo, subs):
             if sub.n == 0:
                 self.sides[key] = (0.0, 0.0, None)
@@ -285,7 +311,7 @@ class DeepSearch(Search):
                 keys += [(r, k, LEFT), (r, k, RIGHT)]
                 cutoffs += [self.incumbent - self.options.penalty - ends[i, 3],
                             self.incumbent - ends[i, 0]]
-            self.solve_sides(keys, cutoffs)
+            yield keys, cutoffs
             complete = not self.options.out_of_time()
             for i, jj, r, k in group:
                 prefix[i][jj], suffix[i][jj] = self.root_split(r, k)

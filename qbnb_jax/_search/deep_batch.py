@@ -1,0 +1,188 @@
+"""Depth-3 searches of many problems in lockstep: their sides share depth-2 frontiers.
+
+A depth-3 search (`deep.DeepSearch.deep_steps`) is a generator that asks, a group of
+root cuts at a time, for the best depth-2 subtrees of sides of its root cuts. Solved
+one problem at a time, a request holds at most 2 x SIDE_GROUP sides, so every group
+is a handful of small depth-2 searches (a few dozen numpy calls and kernel calls per
+iteration each) on layouts padded to the group's largest side. Here every problem's
+search runs to its next request, the requests of all problems are solved together,
+and all searches resume: one round per group. A round's sides are many, so they are
+batched by their own padded length (`padded_length`, the bucket `for_compact`
+uses): batches of hundreds of sides, and little padding.
+
+Each problem still takes the path it takes alone: its requests and their cutoffs come
+from its own state, and a side's outcome does not depend on which sides share its
+frontier (depth-2 decisions are per problem, `_search/depth2.py`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from qbnb_jax._device.kernels import padded_length
+from qbnb_jax._device.parallel import THREADS
+from qbnb_jax._device.runner import KernelRunner
+from qbnb_jax._problem.data import Problem, ThresholdTables, two_class_stumps
+from qbnb_jax._search.deep import SIDE_LAYOUT_BYTES, DeepSearch
+from qbnb_jax._search.depth2 import solve_depth2, stack_tables
+from qbnb_jax._search.search import Search
+
+# Sides per depth-2 search of a round. Their problem count is padded to a power of four
+# (`for_compact`), so these are powers of four; a batch whose sides are fewer than
+# SMALL_BATCH takes the next length bucket's sides too (less padding is not worth a
+# search of its own).
+MAX_BATCH = 256
+SMALL_BATCH = 64
+LENGTH_STEPS = 4  # steps per octave of `for_compact`'s lengths
+
+
+def solve_deep_lockstep(searches: list[DeepSearch], runner: KernelRunner) -> None:
+    """Run the depth-3 `searches` to the end, their side requests solved together.
+
+    `runner`: sweeps for compacted sides (`for_compact`) with shared counters and
+    compiled kernels. Searches of other depths, or with leaf budgets, solve their own
+    requests (`solve_sides`) in the same rounds.
+    """
+    steps = {i: search.deep_steps() for i, search in enumerate(searches)}
+    pending: dict[int, tuple] = {}
+
+    def advance(i: int) -> None:
+        try:
+            pending[i] = next(steps[i])
+        except StopIteration:
+            pending.pop(i, None)
+            del steps[i]
+
+    for i in list(steps):
+        advance(i)
+    while pending:
+        solve_round(searches, pending, runner)
+        for i in list(pending):
+            advance(i)
+
+
+def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
+                runner: KernelRunner) -> None:
+    """Solve the side requests `pending` `{search index: (keys, cutoffs)}`.
+
+    The batches are independent depth-2 searches; two threads take them in turn, so
+    that one's host work (compacting, tables, bookkeeping) runs while the other's
+    kernels do. Each batch's outcome is the same on either thread.
+    """
+    owners, keys, sizes, cutoffs = [], [], [], []
+    for i, (request_keys, request_cutoffs) in pending.items():
+        search = searches[i]
+        if search.depth != 3 or search.budgets is not None:
+            search.solve_sides(request_keys, request_cutoffs)
+            continue
+        for key, cutoff in search.pending_sides(request_keys, request_cutoffs).items():
+            size = search.side_size(key)
+            if size == 0:
+                search.sides[key] = (0.0, 0.0, None)
+                continue
+            search.subproblems += 1
+            owners.append(search)
+            keys.append(key)
+            sizes.append(size)
+            cutoffs.append(cutoff)
+    if not keys:
+        return
+    side_options = searches[0].side_options
+
+    def solve(batch: list[int]) -> None:
+        subs = [owners[j].side_problem(keys[j]) for j in batch]
+        search = Search(subs, side_options, runner=runner.for_compact(subs),
+                        cutoff=[cutoffs[j] for j in batch])
+        solve_depth2(search, side_tables(subs))
+        for q, j in enumerate(batch):
+            owners[j].sides[keys[j]] = search.outcome(q)
+
+    # largest first: the last batches taken are short, so both threads end together
+    on_two_threads(solve, lockstep_batches(sizes, searches[0].problem.p)[::-1])
+
+
+def on_two_threads(fn: Callable[[list[int]], None], items: list) -> None:
+    """`fn(item)` for every item, taken in turn by this thread and one more.
+
+    An exception on either thread stops both and is raised here. (`solve_batch` sets
+    no stop event, `runner.set_stop_event`, for the helper to inherit.)
+    """
+    if THREADS < 2 or len(items) < 2:
+        for item in items:
+            fn(item)
+        return
+    lock = threading.Lock()
+    queue = iter(items)
+    failed = threading.Event()
+
+    def work() -> None:
+        try:
+            while not failed.is_set():
+                with lock:
+                    item = next(queue, None)
+                if item is None:
+                    return
+                fn(item)
+        except BaseException:
+            failed.set()
+            raise
+
+    helper = _HELPER.submit(work)
+    try:
+        work()
+    finally:
+        concurrent.futures.wait([helper])  # nothing of this round runs on after it
+    helper.result()
+
+
+# One long-lived helper thread (a new thread per round would get a new malloc arena).
+_HELPER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qbnb_jax-sides")
+
+
+def side_tables(subs: list[Problem]) -> ThresholdTables:
+    """`depth2.stack_tables` of compacted sides, with their best stumps on every feature
+    (what `Depth2Search.greedy` would compute side by side) for two-class counts.
+
+    `two_class_stumps` gives `host.stump_losses`' losses and tie-breaks in integers;
+    the sides' tables are padded with zero counts and invalid cuts past their own n.
+    """
+    tables = stack_tables(subs)
+    first = subs[0]
+    if first.loss_kind != "count" or first.n_channels != 2:
+        return tables
+    n = max(sub.n for sub in subs)
+    signed = np.zeros((len(subs), first.p, n), dtype=np.int32)
+    valid = np.zeros((len(subs), first.p, n + 1), dtype=bool)
+    total = np.empty(len(subs), dtype=np.int64)
+    for q, sub in enumerate(subs):
+        signed[q, :, : sub.n] = (sub.stats[:, 1] - sub.stats[:, 0])[sub.perm]
+        valid[q, :, : sub.n + 1] = sub.cut_valid
+        total[q] = sub.stats.sum()
+    losses, positions = two_class_stumps(signed, valid, total)
+    return tables._replace(stump_loss=losses, stump_position=positions)
+
+
+def lockstep_batches(sizes, p: int) -> list[list[int]]:
+    """Indices of sides of these `sizes` (all positive), smallest first, in batches.
+
+    A batch holds sides of one padded length, except that a batch of fewer than
+    SMALL_BATCH sides takes the next lengths' too; at most MAX_BATCH sides and
+    SIDE_LAYOUT_BYTES of presorted layouts (as `deep.size_batches`).
+    """
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    bucket = 0
+    for i in (int(i) for i in np.argsort(sizes, kind="stable")):
+        length = padded_length(int(sizes[i]), LENGTH_STEPS)
+        if batch and ((length > bucket and len(batch) >= SMALL_BATCH)
+                      or len(batch) >= MAX_BATCH
+                      or (len(batch) + 1) * p * p * length * 4 > SIDE_LAYOUT_BYTES):
+            batches.append(batch)
+            batch = []
+        batch.append(i)
+        bucket = length
+    return batches + [batch] if batch else batches

@@ -1,0 +1,113 @@
+"""Depth-3 batches (problems in lockstep, `_search/deep_batch.py`) equal one-by-one solves."""
+
+import numpy as np
+import pytest
+from helpers import brute_force
+from test_batch import assert_same
+
+import qbnb_jax
+from qbnb_jax._problem.data import make_problem
+from qbnb_jax._problem.host import stump_losses
+from qbnb_jax._search import deep_batch
+
+
+def make_data(rng, task: str, classes: int, n: int, p: int):
+    X = np.round(rng.normal(size=(n, p)), 1)  # ties
+    if task == "classification":
+        y = (X[:, 0] > 0.2).astype(np.int64) + (X[:, 1 % p] < -0.3)  # some structure
+        flip = rng.random(n) < 0.25
+        y[flip] = rng.integers(0, classes, int(flip.sum()))
+        return X, np.minimum(y, classes - 1)
+    return X, np.where(X[:, 0] > 0, 1.5, -0.5) + rng.normal(size=n)
+
+
+def folds(rng, n: int, P: int) -> np.ndarray:
+    W = (rng.random((P, n)) >= 0.25).astype(float)
+    W[:, 0] = 1.0  # no row all zero
+    return W
+
+
+def bootstrap(rng, n: int, P: int) -> np.ndarray:
+    return rng.multinomial(n, np.full(n, 1 / n), size=P).astype(float)
+
+
+def check_batch(X, y, W, task, ctx, brute=()):
+    results = qbnb_jax.solve_batch(X, y, W, task=task, depth=3)
+    assert len(results) == len(W)
+    for i, (w, res) in enumerate(zip(W, results)):
+        alone = qbnb_jax.solve(X, y, task=task, depth=3, sample_weight=w)
+        assert_same(res, alone, task, f"{ctx} problem {i}")
+        if i in brute:
+            keep = w > 0
+            want = brute_force(X[keep], y[keep], w[keep], task=task, depth=3)
+            assert res.objective == pytest.approx(want, rel=1e-9, abs=1e-9), ctx
+    return results
+
+
+@pytest.mark.parametrize("task, classes", [("classification", 2), ("classification", 3),
+                                           ("regression", 0)])
+@pytest.mark.parametrize("weights", ["folds", "bootstrap"])
+def test_depth3_batch_equals_one_by_one(task, classes, weights):
+    rng = np.random.default_rng(7 + classes + len(weights))
+    n, p = 40, 3
+    X, y = make_data(rng, task, classes, n, p)
+    W = (folds if weights == "folds" else bootstrap)(rng, n, 6)
+    check_batch(X, y, W, task, f"{task} {classes} {weights}", brute=(0,))
+
+
+def test_depth3_batch_fractional_weights():
+    rng = np.random.default_rng(3)
+    X, y = make_data(rng, "classification", 2, 30, 3)
+    W = bootstrap(rng, 30, 4) * np.round(rng.uniform(0.5, 2.0, size=(4, 30)), 2)
+    check_batch(X, y, W, "classification", "fractional")
+
+
+def test_depth3_batch_many_small_side_batches(monkeypatch):
+    """Tiny batch limits: a round's sides split over many depth-2 searches, and small
+    batches take the next lengths' sides; no result changes."""
+    monkeypatch.setattr(deep_batch, "MAX_BATCH", 4)
+    monkeypatch.setattr(deep_batch, "SMALL_BATCH", 2)
+    rng = np.random.default_rng(5)
+    X, y = make_data(rng, "classification", 2, 70, 4)
+    check_batch(X, y, folds(rng, 70, 5), "classification", "small batches")
+
+
+def test_lockstep_batches_partition_by_length():
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(1, 3000, size=500)
+    batches = deep_batch.lockstep_batches(sizes, p=4)
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == list(range(len(sizes)))
+    assert all(len(b) <= deep_batch.MAX_BATCH for b in batches)
+    for b in batches:  # one length, and shorter sides only while the batch was small
+        length = np.array([deep_batch.padded_length(int(sizes[i]), deep_batch.LENGTH_STEPS)
+                           for i in b])
+        assert (length < length.max()).sum() < deep_batch.SMALL_BATCH
+    assert np.all(np.diff([sizes[b].max() for b in batches]) >= 0)  # smallest first
+
+
+def test_side_tables_stumps_equal_host_stumps():
+    rng = np.random.default_rng(1)
+    X, y = make_data(rng, "classification", 2, 50, 3)
+    problem = make_problem(X, y, task="classification")
+    subs = [problem.compact(rng.random(problem.n) < share) for share in (0.2, 0.5, 0.9, 1.0)]
+    tables = deep_batch.side_tables(subs)
+    for q, sub in enumerate(subs):
+        losses, positions = stump_losses(sub, np.ones(sub.n, dtype=bool))
+        assert np.array_equal(tables.stump_loss[q], losses)
+        assert np.array_equal(tables.stump_position[q], positions)
+
+
+def test_depth3_batch_time_limit_keeps_valid_bounds():
+    """Out of time in the middle of the lockstep rounds: every problem's bound stays
+    below its true optimum."""
+    rng = np.random.default_rng(2)
+    X, y = make_data(rng, "classification", 2, 120, 4)
+    W = folds(rng, 120, 3)
+    results = qbnb_jax.solve_batch(X, y, W, task="classification", depth=3,
+                                   time_limit=0.05)
+    for w, res in zip(W, results):
+        assert res.status in ("time_limit", "optimal")
+        assert 0 <= res.lower_bound <= res.objective
+        best = qbnb_jax.solve(X, y, task="classification", depth=3, sample_weight=w)
+        assert res.lower_bound <= best.objective + 1e-9 <= res.objective + 1e-9
