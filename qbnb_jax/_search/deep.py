@@ -328,10 +328,11 @@ class DeepSearch(Search):
             dead |= ~self.can_improve(tuple_lb)
             group = [item for item in group if not dead[item[0]]]
             keys, cutoffs = [], []
+            margin = self.cutoff_margin()
             for i, _, r, k in group:
                 keys += [(r, k, LEFT), (r, k, RIGHT)]
-                cutoffs += [self.incumbent - self.options.penalty - ends[i, 3],
-                            self.incumbent - ends[i, 0]]
+                cutoffs += [self.incumbent - self.options.penalty - ends[i, 3] + margin,
+                            self.incumbent - ends[i, 0] + margin]
             self.solve_sides(keys, cutoffs)
             complete = not self.options.out_of_time()
             for i, jj, r, k in group:
@@ -360,6 +361,13 @@ class DeepSearch(Search):
             right = np.concatenate([[ends[i, 1]], suffix[i][at], [ends[i, 3]]])
             children.append(self.split_tuple(int(f0[i]), cuts, left, right))
         return RootFrontier.concatenate(children) if children else frontier.take(slice(0, 0))
+
+    def cutoff_margin(self) -> float:
+        """How far above `U - floor` a side's cutoff is set (docs/design.md, "Deep
+        routes"): 0 for integer counts; for floats three times the tolerance, so that a
+        side stopped at its cutoff (bound: cutoff less its own tolerance) still rules
+        out every piece it bounds with the floor, `floor + bound > U + tol`."""
+        return 3.0 * float(self.incumbents.tolerance(0))
 
     def work_order(self, swept: list[np.ndarray]) -> list[list[tuple[int, int, int]]]:
         """`(tuple, cut index, cut)` in the order their sides are solved, in parts that
