@@ -137,42 +137,6 @@ def test_depth4_expired_limit_stops_nested_searches_at_once():
     check_stopped_at_once(expired_deep(X, y, 4), 4, sides=12)
 
 
-def test_side_batches_on_two_threads_equal_one_thread(monkeypatch):
-    """Side batches run on two threads (`DeepSearch.run_side_batches`) find exactly what
-    they find on one: the same tree, objective and work, regression and classification."""
-    from qbnb_jax._search import deep
-
-    rng = np.random.default_rng(5)
-    X = rng.normal(size=(2200, 2))  # sides above and below SMALL_SIDE: two batches
-    problems = [(X, np.sin(2 * X[:, 0]) + X[:, 1] ** 2 + 0.3 * rng.normal(size=len(X)),
-                 "regression"),
-                (X, ((X[:, 0] > 0.2) ^ (X[:, 1] > -0.4) ^ (rng.random(len(X)) < 0.15))
-                 .astype(int), "classification")]
-    streams = []
-    run = deep.DeepSearch.run_side_batches
-
-    def counted(self, jobs):
-        streams.append(len(jobs) >= 2 and deep.THREADS >= 2)
-        return run(self, jobs)
-
-    monkeypatch.setattr(deep.DeepSearch, "run_side_batches", counted)
-    for X, y, task in problems:
-        results = []
-        for threads in (1, 2):
-            monkeypatch.setattr(deep, "THREADS", threads)
-            streams.clear()
-            results.append(solve(X, y, task=task, depth=3))
-        assert any(streams), "no call had two streams of side batches"
-        one, two = results
-        assert one.status == two.status == "optimal"
-        assert one.objective == two.objective
-        for name in ("cut_elements", "subproblems", "iterations", "rows_evaluated"):
-            assert one.stats[name] == two.stats[name], name
-        for name in ("feature", "threshold", "children_left", "children_right", "value"):
-            np.testing.assert_array_equal(getattr(one.tree, name), getattr(two.tree, name),
-                                          err_msg=name)
-
-
 def test_float_side_cutoffs_margin_lets_stopped_sides_prune(monkeypatch):
     """Regression sides get cutoffs three tolerances above `U - floor`, so that a side
     stopped at its cutoff still rules out the pieces beside it (docs/design.md, "Side

@@ -22,15 +22,11 @@ valid lower bound for every piece that uses it.
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
-import threading
 
-import jax
 import numpy as np
 
-from qbnb_jax._device.parallel import THREADS
-from qbnb_jax._device.runner import KernelRunner, set_stop_event, stop_event
+from qbnb_jax._device.runner import KernelRunner
 from qbnb_jax._problem.data import Problem
 from qbnb_jax._problem.host import best_stump, position_threshold
 from qbnb_jax._problem.leaf_limits import root_cut_range
@@ -46,9 +42,6 @@ SIDE_GROUP = 32  # root cuts per batch of side solves (64 depth-2 searches in on
 # cheaper than more batches (about half the kernel calls at depth 3).
 SMALL_SIDE = 2048
 SIDE_LAYOUT_BYTES = 1 << 27  # presorted layouts (p * p * n int32 per side) per side batch
-# The second of two streams of side batches (`run_side_batches`): one long-lived thread,
-# so its allocations reuse one malloc arena (see `_search/batch.py`, `_in_two_halves`).
-_SECOND_STREAM = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qbnb_jax-sides")
 
 
 def size_batches(sizes, p: int) -> list[list[int]]:
@@ -235,7 +228,6 @@ class DeepSearch(Search):
             if sub.n == 0:
                 self.sides[key] = (0.0, 0.0, None)
         budget_of = [self.side_budget(key) for key in todo]
-        jobs = []
         for budget in dict.fromkeys(budget_of):  # one group, in order, without budgets
             group = [j for j in range(len(todo)) if budget_of[j] == budget and subs[j].n]
             if budget is not None and budget <= 2:
@@ -244,53 +236,14 @@ class DeepSearch(Search):
                 continue
             for batch in size_batches([subs[j].n for j in group], self.problem.p):
                 batch = [group[j] for j in batch]
-                jobs.append(([todo[j] for j in batch], [subs[j] for j in batch],
-                             [cutoff_of[todo[j]] for j in batch], budget))
-        self.run_side_batches(jobs)
-
-    def run_side_batches(self, jobs: list[tuple]) -> None:
-        """`solve_side_batch(*job)` for every job, on two threads when there are several.
-
-        The batches are independent searches (their cutoffs are fixed before any runs),
-        so each finds what it finds alone, in any order. A batch alternates host numpy,
-        mostly holding the GIL, with kernel calls that release it: two streams let one
-        batch's host work overlap the other's kernels. Each thread takes the largest
-        batch left (by samples), which balances the two.
-        """
-        self.subproblems += sum(len(job[0]) for job in jobs)
-        if len(jobs) < 2 or THREADS < 2:
-            for job in jobs:
-                self.solve_side_batch(*job)
-            return
-        queue = sorted(jobs, key=lambda job: sum(sub.n for sub in job[1]))  # largest last
-        lock = threading.Lock()
-
-        def drain() -> None:
-            while True:
-                with lock:
-                    if not queue:
-                        return
-                    job = queue.pop()
-                self.solve_side_batch(*job)
-
-        event = stop_event()
-
-        def second() -> None:
-            set_stop_event(event)  # the caller's deadline holds here too
-            with jax.enable_x64(True):  # a per-thread setting
-                drain()
-
-        future = _SECOND_STREAM.submit(second)
-        try:
-            drain()
-        finally:
-            concurrent.futures.wait([future])  # nothing of this call runs on after it
-        future.result()
+                self.solve_side_batch([todo[j] for j in batch], [subs[j] for j in batch],
+                                      [cutoff_of[todo[j]] for j in batch], budget)
 
     def solve_side_batch(self, keys, subs, cutoffs, budget: int | None = None) -> None:
         """Depth-2 searches of compacted sides in one frontier (`_search/depth2.py`),
         with at most `budget` (3) leaves each when given."""
         runner = self.runner.for_compact(subs)
+        self.subproblems += len(keys)
         if budget is not None:
             for key, outcome in zip(keys, three_leaf_sides(subs, self.side_options, runner,
                                                            cutoffs)):
