@@ -7,6 +7,7 @@ check, so the count is the same on any machine under any load.
 
 import jax
 import numpy as np
+import pytest
 
 from qbnb_jax import solve
 from qbnb_jax._problem.data import make_problem
@@ -134,3 +135,28 @@ def test_depth4_expired_limit_stops_nested_searches_at_once():
     sides each, which stop at once too): at most 3 + 3 * 3 subtree solves."""
     X, y = _noisy_problem(n=1500, p=4, seed=3)
     check_stopped_at_once(expired_deep(X, y, 4), 4, sides=12)
+
+
+def test_float_side_cutoffs_margin_lets_stopped_sides_prune(monkeypatch):
+    """Regression sides get cutoffs three tolerances above `U - floor`, so that a side
+    stopped at its cutoff still rules out the pieces beside it (docs/design.md, "Side
+    cutoffs and the tolerance"). Without the margin the same optimum is found with more
+    work (counted, not timed); integer counts have no margin."""
+    from qbnb_jax._search import deep
+
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(400, 3))
+    y = np.sin(2 * X[:, 0]) + X[:, 1] * X[:, 2] + 0.3 * rng.normal(size=len(X))
+    with_margin = solve(X, y, task="regression", depth=3)
+    monkeypatch.setattr(deep.DeepSearch, "cutoff_margin", lambda self: 0.0)
+    without = solve(X, y, task="regression", depth=3)
+    assert with_margin.status == without.status == "optimal"
+    assert with_margin.objective == pytest.approx(without.objective, rel=1e-9)
+    assert with_margin.stats["cut_elements"] < without.stats["cut_elements"]
+    assert with_margin.stats["subproblems"] < without.stats["subproblems"]
+    Xc, yc = _noisy_problem(n=200, p=3, seed=4)
+    options = SearchOptions.make(bound="w0", s=3)
+    search = DeepSearch(make_problem(Xc, yc, task="classification"), options, depth=3)
+    search.offer(5.0, None)
+    monkeypatch.undo()
+    assert search.cutoff_margin() == 0.0

@@ -119,3 +119,26 @@ def test_depth2_trees_alone_equal_build_tree(task):
         for name in ("children_left", "children_right", "feature", "threshold", "value",
                      "weighted_n_node_samples"):
             np.testing.assert_array_equal(getattr(tree, name), getattr(want, name))
+
+
+def test_stump_losses_all_features_at_once_equal_one_by_one(monkeypatch):
+    """Small sets take every feature in one pass (`STUMPS_AT_ONCE`): the same losses and
+    positions, to the bit, as the loop over features."""
+    from qbnb_jax._problem import host
+
+    rng = np.random.default_rng(0)
+    for it in range(60):
+        n, p = int(rng.integers(1, 300)), int(rng.integers(1, 6))
+        X = rng.integers(0, 6, size=(n, p)).astype(float)  # ties
+        task = ("regression", "classification")[it % 2]
+        y = (rng.normal(size=(n, 1 + it % 3)) if task == "regression"
+             else rng.integers(0, 2 + it % 3, n))
+        w = rng.choice([0.5, 1.0, 2.0], n) if it % 4 == 1 else None
+        problem = make_problem(X, y, task=task, sample_weight=w)
+        mask = rng.random(problem.n) < 0.6
+        at_once = host.stump_losses(problem, mask)
+        with monkeypatch.context() as m:
+            m.setattr(host, "STUMPS_AT_ONCE", -1)
+            one_by_one = host.stump_losses(problem, mask)
+        for got, want in zip(at_once, one_by_one):
+            np.testing.assert_array_equal(got, want, err_msg=f"problem {it}")

@@ -51,6 +51,11 @@ def split_losses(ordered: np.ndarray, total, loss_kind: str) -> np.ndarray:
     return leaf_loss_np(cum, loss_kind) + leaf_loss_np(cum[..., -1:, :] - cum, loss_kind)
 
 
+# `stump_losses` takes every feature in one pass up to this many (feature, position,
+# channel) entries, a few hundred kB of temporaries.
+STUMPS_AT_ONCE = 1 << 16
+
+
 def stump_losses(problem: Problem, mask: np.ndarray, features=None):
     """Best stump of the samples in `mask` on each feature: `(losses, positions)`.
 
@@ -62,9 +67,17 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
     total = set_total(stats, problem.weight)
     losses = np.empty(len(features))
     positions = np.empty(len(features), dtype=np.int64)
+    limits = problem.leaf_limits
+    if limits is None and len(features) * (problem.n + 1) * stats.shape[1] <= STUMPS_AT_ONCE:
+        # Small sets (the sides of deep searches): every feature in one pass, the same
+        # per-feature arithmetic (cumulative sums along each feature's own order)
+        # without a Python loop per feature.
+        loss = split_losses(stats[problem.perm[features]], total, problem.loss_kind)
+        loss = np.where(problem.cut_valid[features], loss, np.inf)
+        positions = np.argmin(loss, axis=1)
+        return np.take_along_axis(loss, positions[:, None], axis=1)[:, 0], positions
     # One feature at a time: the (n+1, C) intermediates of one feature stay small
     # (all features at once cost gigabytes at n = 10^6) and the arithmetic is the same.
-    limits = problem.leaf_limits
     for i, f in enumerate(features):
         loss = split_losses(stats[problem.perm[f]], total, problem.loss_kind)
         valid = problem.cut_valid[f]

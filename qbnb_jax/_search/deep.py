@@ -307,10 +307,11 @@ class DeepSearch(Search):
             dead |= ~self.can_improve(tuple_lb)
             group = [item for item in group if not dead[item[0]]]
             keys, cutoffs = [], []
+            margin = self.cutoff_margin()
             for i, _, r, k in group:
                 keys += [(r, k, LEFT), (r, k, RIGHT)]
-                cutoffs += [self.incumbent - self.options.penalty - ends[i, 3],
-                            self.incumbent - ends[i, 0]]
+                cutoffs += [self.incumbent - self.options.penalty - ends[i, 3] + margin,
+                            self.incumbent - ends[i, 0] + margin]
             yield keys, cutoffs
             complete = not self.options.out_of_time()
             for i, jj, r, k in group:
@@ -340,6 +341,13 @@ class DeepSearch(Search):
             children.append(self.split_tuple(int(f0[i]), cuts, left, right))
         return RootFrontier.concatenate(children) if children else frontier.take(slice(0, 0))
 
+    def cutoff_margin(self) -> float:
+        """How far above `U - floor` a side's cutoff is set (docs/design.md, "Deep
+        routes"): 0 for integer counts; for floats three times the tolerance, so that a
+        side stopped at its cutoff (bound: cutoff less its own tolerance) still rules
+        out every piece it bounds with the floor, `floor + bound > U + tol`."""
+        return 3.0 * float(self.incumbents.tolerance(0))
+
     def work_order(self, swept: list[np.ndarray]) -> list[list[tuple[int, int, int]]]:
         """`(tuple, cut index, cut)` in the order their sides are solved, in parts that
         no group of sides crosses.
@@ -347,8 +355,9 @@ class DeepSearch(Search):
         The middle cut of every tuple first, then the others round by round, a part
         each (docs/design.md, "Anytime behaviour"), so that every tuple has a proved
         bound early in the iteration: a tuple that bound rules out is dropped before
-        its other cuts are solved. Measured against tuple by tuple: 12-30% fewer
-        cut-elements at depth 3 on nine of ten shared datasets (more on concrete).
+        its other cuts are solved. Measured against tuple by tuple: 6-33% fewer
+        cut-elements at depth 3 on every shared dataset (concrete since the float
+        cutoffs' margin, `cutoff_margin`).
         """
         rounds = [[] for _ in range(max((len(cuts) for cuts in swept), default=0))]
         for i, cuts in enumerate(swept):
