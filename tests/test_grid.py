@@ -224,3 +224,29 @@ def test_batch_halves_with_a_time_limit_keep_valid_bounds(monkeypatch):
         assert r.status in ("time_limit", "optimal")
         assert 0 <= r.lower_bound <= r.objective
     assert any(r.status == "time_limit" for r in results)
+
+
+@pytest.mark.parametrize("n_classes", [2, 4])
+def test_groups_with_many_tuples_spill_to_rows(monkeypatch, n_classes):
+    """One problem asking for many tuples of one root feature: its later tuples sweep
+    rows (`GridPlan.on_grid`) rather than widening every group's lanes, and every row
+    gets the losses `sweep_full` gives it."""
+    monkeypatch.setattr(_runner, "GRID_ADVANTAGE", 4)
+    rng, _, _, _, base, problems, _ = shared_batch(5, 60, 4, 40, n_classes)
+    with jax.enable_x64(True):
+        data = SweepData.from_problems([base], problems, [0] * len(problems))
+        runner = KernelRunner(problems[0], data)
+        rows = []
+        for q in range(40):
+            for _ in range(12 if q == 7 else 1):
+                cuts = np.sort(rng.integers(0, 61, 4))
+                for f in range(4):
+                    rows.append((q, 1, f, *cuts))
+        rows = np.array(rows)
+        problem, f0, f, cuts = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3:]
+        plan = runner._grid_plan(problem, f0, f, cuts)
+        assert plan is not None and 0 < (~plan.on_grid).sum() < 12 * 4
+        got = runner.full(f0, f, cuts, problem=problem)
+        want = sweep_full(data, *(a.astype(np.int32) for a in (problem, f0, f, cuts)))
+    np.testing.assert_array_equal(got[0], np.asarray(want[0]))
+    np.testing.assert_array_equal(got[1], np.asarray(want[1]))

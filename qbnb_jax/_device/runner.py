@@ -158,7 +158,8 @@ class GridPlan(NamedTuple):
     GRID_LANES), `slot_f0` `(S,)` root features, `feature` `(F,)` the features swept and
     `lane_cuts` `(blocks, S, width, GRID_LANES)` the cuts (0 where unused). Per row: the
     `block`, `slot` and `lane` of its group, the `offset` of its `K` cuts in the group's
-    width and its feature's `column` in `feature`. `elements`: the lane-samples swept.
+    width and its feature's `column` in `feature`; `on_grid`, whether it is on the grid
+    at all (the others sweep rows). `elements`: the lane-samples swept.
     """
 
     K: int
@@ -172,6 +173,7 @@ class GridPlan(NamedTuple):
     offset: np.ndarray
     lane: np.ndarray
     elements: int
+    on_grid: np.ndarray
 
 
 class KernelRunner:
@@ -326,9 +328,14 @@ class KernelRunner:
         """
         problem = self._rows_of(problem, len(f0))
         plan = self._grid_plan(problem, f0, f, cuts)
-        if plan is not None:
-            return self._run_grid(plan, f, cuts.shape[1])
-        return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
+        if plan is None:
+            return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
+        pre, suf = self._run_grid(plan, f, cuts.shape[1])
+        rest = ~plan.on_grid
+        if rest.any():
+            pre[rest], suf[rest] = self._run("full", sweep_full, self.data.length,
+                                             [problem[rest], f0[rest], f[rest]], cuts[rest], {})
+        return pre, suf
 
     def limited(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray, problem=None):
         """`full` for a problem with leaf limits (`_device/limits.py`): columns whose
@@ -376,18 +383,36 @@ class KernelRunner:
         slots = min(p, pow2_at_least(len(slot_f0)))
         feature, column = np.unique(f, return_inverse=True)
         F = min(p, pow2_at_least(len(feature)))
-        width = pow2_at_least((int(r.max()) + 1) * K)
         # Blocks are fixed ranges of problems (a slice of `grid_scan` each), swept when
         # one of their problems asks.
         t_block, t_lane = np.divmod(t_problem, GRID_LANES)
         present, t_block = np.unique(t_block, return_inverse=True)
         blocks = len(present)
-        grid_elements = blocks * GRID_LANES * slots * width * F
-        if grid_elements > GRID_ADVANTAGE * rows * pow2_at_least(cuts.shape[1]):
+        # The width fits the groups' first tuples; a few groups with many tuples would
+        # widen every group's lanes, so their later tuples may go to `sweep_full`
+        # instead: the width of least estimated cost, rows weighted GRID_ADVANTAGE.
+        row_cost = GRID_ADVANTAGE * pow2_at_least(cuts.shape[1])
+        rows_of_tuple = np.bincount(tuple_of_row, minlength=len(first_row))
+        by_r = np.bincount(r, weights=rows_of_tuple)  # rows of the tuples at each r
+        later = np.cumsum(by_r[::-1])[::-1]  # rows of the tuples at r or beyond
+        best = None
+        widest = pow2_at_least((int(r.max()) + 1) * K)
+        for width in (1 << e for e in range(widest.bit_length())):
+            if width < K:  # no tuple fits
+                continue
+            spill = later[width // K] if width // K < len(later) else 0
+            cost = blocks * GRID_LANES * slots * width * F + row_cost * spill
+            if best is None or cost < best[0]:
+                best = (cost, width)
+        cost, width = best
+        if cost > row_cost * rows:
             return None
+        grid_elements = blocks * GRID_LANES * slots * width * F
+        fits = (r + 1) * K <= width  # the tuples on the grid; the others sweep rows
         lane_cuts = np.zeros((blocks, slots, width, GRID_LANES), dtype=np.int32)
         for k in range(K):
-            lane_cuts[t_block, t_slot, r * K + k, t_lane] = t_cuts[:, k]
+            lane_cuts[t_block[fits], t_slot[fits], r[fits] * K + k, t_lane[fits]] = (
+                t_cuts[fits, k])
         padded_f0 = np.zeros(slots, dtype=np.int32)
         padded_f0[: len(slot_f0)] = slot_f0
         padded_feature = np.full(F, feature[0], dtype=np.int32)  # repeats: unread columns
@@ -396,7 +421,8 @@ class KernelRunner:
                         slot_f0=padded_f0, feature=padded_feature, column=column,
                         block=t_block[tuple_of_row],
                         slot=t_slot[tuple_of_row], offset=(r * K)[tuple_of_row],
-                        lane=t_lane[tuple_of_row], elements=grid_elements * self.data.length)
+                        lane=t_lane[tuple_of_row], elements=grid_elements * self.data.length,
+                        on_grid=fits[tuple_of_row])
 
     def _problem_axis(self):
         """`(data, place)`: `place(array, axis)` splits the problem axis over the devices.
@@ -443,13 +469,14 @@ class KernelRunner:
             start = time.perf_counter()
             pre, suf = (np.asarray(a) for a in exe(data, *args[:3], place(lane_cuts[b], 2)))
             self._account_call(start, args, (pre, suf))
-            mine = np.nonzero(plan.block == b)[0]
+            mine = np.nonzero((plan.block == b) & plan.on_grid)[0]
             out_pre[mine] = np.take(pre.reshape(-1), flat[mine])
             out_suf[mine] = np.take(suf.reshape(-1), flat[mine])
 
         blocks = len(lane_cuts)
         run_all(run_block, range(blocks))
-        self.counters.add(rows_evaluated=rows, cut_evaluations=rows * n_cuts,
+        on_grid = int(plan.on_grid.sum())
+        self.counters.add(rows_evaluated=on_grid, cut_evaluations=on_grid * n_cuts,
                           cut_elements=plan.elements)
         return out_pre, out_suf
 
