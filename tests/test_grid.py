@@ -226,12 +226,14 @@ def test_batch_halves_with_a_time_limit_keep_valid_bounds(monkeypatch):
     assert any(r.status == "time_limit" for r in results)
 
 
-@pytest.mark.parametrize("n_classes", [2, 4])
-def test_groups_with_many_tuples_spill_to_rows(monkeypatch, n_classes):
+@pytest.mark.parametrize("n_classes, carry_bytes", [(2, 1), (4, 1 << 17), (4, 1)])
+def test_groups_with_many_tuples_spill_to_rows(monkeypatch, n_classes, carry_bytes):
     """One problem asking for many tuples of one root feature: its later tuples sweep
     rows (`GridPlan.on_grid`) rather than widening every group's lanes, and every row
-    gets the losses `sweep_full` gives it."""
+    gets the losses `sweep_full` gives it (class counts: also with one feature per
+    `sweep_grid` call, `GRID_CARRY_BYTES`)."""
     monkeypatch.setattr(_runner, "GRID_ADVANTAGE", 4)
+    monkeypatch.setattr(_runner, "GRID_CARRY_BYTES", carry_bytes)
     rng, _, _, _, base, problems, _ = shared_batch(5, 60, 4, 40, n_classes)
     with jax.enable_x64(True):
         data = SweepData.from_problems([base], problems, [0] * len(problems))
@@ -246,7 +248,22 @@ def test_groups_with_many_tuples_spill_to_rows(monkeypatch, n_classes):
         problem, f0, f, cuts = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3:]
         plan = runner._grid_plan(problem, f0, f, cuts)
         assert plan is not None and 0 < (~plan.on_grid).sum() < 12 * 4
+        chunks = runner._grid_feature_chunks(plan.feature, 1)
+        if n_classes > 2 and carry_bytes == 1:
+            assert len(chunks) == 4
         got = runner.full(f0, f, cuts, problem=problem)
         want = sweep_full(data, *(a.astype(np.int32) for a in (problem, f0, f, cuts)))
     np.testing.assert_array_equal(got[0], np.asarray(want[0]))
     np.testing.assert_array_equal(got[1], np.asarray(want[1]))
+
+
+def test_grid_feature_chunks_pad_the_last():
+    _, _, _, _, base, problems, _ = shared_batch(1, 30, 4, 3, 3)
+    with jax.enable_x64(True):
+        data = SweepData.from_problems([base], problems, [0] * 3)
+    runner = KernelRunner(problems[0], data)
+    per_feature = 3 * data.grid_scan.dtype.itemsize
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_runner, "GRID_CARRY_BYTES", 3 * per_feature)
+        chunks = runner._grid_feature_chunks(np.array([5, 6, 7, 8], np.int32), 1)
+    assert [c.tolist() for c in chunks] == [[5, 6, 7], [8, 5, 5]]

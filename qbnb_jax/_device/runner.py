@@ -58,6 +58,9 @@ GRID_MIN_PROBLEMS = 32
 # with `python -m qbnb_jax.bench_batch`): the grid may compute up to this many times the
 # elements the rows ask for, as it does when a problem has few tuples left.
 GRID_ADVANTAGE = 16
+# Bytes of running class counts per `sweep_grid` call of several classes (a share of a
+# core's L2 cache; measured with `python -m qbnb_jax.bench_batch`).
+GRID_CARRY_BYTES = 1 << 17
 
 _COMPILED: dict[tuple, object] = {}
 _COMPILE_LOCK = threading.Lock()
@@ -450,12 +453,13 @@ class KernelRunner:
         out_suf = np.empty((rows, n_cuts))
         data, place = self._problem_axis()
         lane_cuts, slot_f0 = plan.lane_cuts, plan.slot_f0
-        args = (data, plan.first[0], slot_f0, plan.feature, place(lane_cuts[0], 2))
+        _, slots, width, lanes = lane_cuts.shape
+        features = self._grid_feature_chunks(plan.feature, slots * width * lanes)
+        args = (data, plan.first[0], slot_f0, features[0], place(lane_cuts[0], 2))
         exe = self._executable("grid", sweep_grid, args, {})
         # each row's K cuts (K = 1: one cut, repeated) as flat indices of a block's
         # [feature column, slot, cut, lane] output: one np.take per output (far cheaper
         # than a fancy index)
-        _, slots, width, lanes = lane_cuts.shape
         cut_index = plan.offset[:, None] + np.arange(plan.K)[None, :]
         flat = (((plan.column[:, None] * slots + plan.slot[:, None]) * width + cut_index)
                 * lanes + plan.lane[:, None])
@@ -465,10 +469,16 @@ class KernelRunner:
 
         def run_block(b: int) -> None:
             stop()
-            args = (plan.first[b], slot_f0, plan.feature, lane_cuts[b])
-            start = time.perf_counter()
-            pre, suf = (np.asarray(a) for a in exe(data, *args[:3], place(lane_cuts[b], 2)))
-            self._account_call(start, args, (pre, suf))
+            parts = []
+            for chunk in features:
+                args = (plan.first[b], slot_f0, chunk, lane_cuts[b])
+                start = time.perf_counter()
+                out = tuple(np.asarray(a) for a in exe(data, *args[:3],
+                                                       place(lane_cuts[b], 2)))
+                self._account_call(start, args, out)
+                parts.append(out)
+            pre, suf = (np.concatenate([part[i] for part in parts]) if len(parts) > 1
+                        else parts[0][i] for i in (0, 1))
             mine = np.nonzero((plan.block == b) & plan.on_grid)[0]
             out_pre[mine] = np.take(pre.reshape(-1), flat[mine])
             out_suf[mine] = np.take(suf.reshape(-1), flat[mine])
@@ -479,6 +489,23 @@ class KernelRunner:
         self.counters.add(rows_evaluated=on_grid, cut_evaluations=on_grid * n_cuts,
                           cut_elements=plan.elements)
         return out_pre, out_suf
+
+    def _grid_feature_chunks(self, feature: np.ndarray, lanes_per_feature: int
+                             ) -> list[np.ndarray]:
+        """`feature` in chunks of equal length, each one `sweep_grid` call.
+
+        Class counts carry C running sums per lane: each call keeps at most
+        GRID_CARRY_BYTES of them, so that they stay in a core's cache. The last chunk
+        repeats its first feature."""
+        if self.data.grid_scan.ndim < 4:
+            return [feature]
+        per_feature = (self.data.grid_scan.shape[2] * lanes_per_feature
+                       * self.data.grid_scan.dtype.itemsize)
+        size = max(1, min(len(feature), GRID_CARRY_BYTES // per_feature))
+        count = -(-len(feature) // size)
+        padded = np.full(count * size, feature[0], dtype=feature.dtype)
+        padded[: len(feature)] = feature
+        return list(padded.reshape(count, size))
 
     def can_sweep_grid(self) -> bool:
         """Whether this data serves `sweep_grid`: it has `grid_scan`, which is built for
