@@ -58,8 +58,8 @@ GRID_MIN_PROBLEMS = 32
 # with `python -m qbnb_jax.bench_batch`): the grid may compute up to this many times the
 # elements the rows ask for, as it does when a problem has few tuples left.
 GRID_ADVANTAGE = 16
-# Bytes of running class counts per `sweep_grid` call of several classes (a share of a
-# core's L2 cache; measured with `python -m qbnb_jax.bench_batch`).
+# Bytes of running sums per `sweep_grid` call (a share of a core's L2 cache; measured
+# with `python -m qbnb_jax.bench_batch`).
 GRID_CARRY_BYTES = 1 << 17
 
 _COMPILED: dict[tuple, object] = {}
@@ -494,13 +494,12 @@ class KernelRunner:
                              ) -> list[np.ndarray]:
         """`feature` in chunks of equal length, each one `sweep_grid` call.
 
-        Class counts carry C running sums per lane: each call keeps at most
-        GRID_CARRY_BYTES of them, so that they stay in a core's cache. The last chunk
-        repeats its first feature."""
-        if self.data.grid_scan.ndim < 4:
-            return [feature]
-        per_feature = (self.data.grid_scan.shape[2] * lanes_per_feature
-                       * self.data.grid_scan.dtype.itemsize)
+        Each lane carries running sums (two classes: the prefix sum and its four
+        extremes; C classes: C counts): each call keeps at most GRID_CARRY_BYTES of
+        them, so that they stay in a core's cache. The last chunk repeats its first
+        feature."""
+        sums = self.data.grid_scan.shape[2] if self.data.grid_scan.ndim == 4 else 5
+        per_feature = sums * lanes_per_feature * self.data.grid_scan.dtype.itemsize
         size = max(1, min(len(feature), GRID_CARRY_BYTES // per_feature))
         count = -(-len(feature) // size)
         padded = np.full(count * size, feature[0], dtype=feature.dtype)
