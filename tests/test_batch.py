@@ -174,6 +174,30 @@ def test_many_class_counts_sweep_their_own_samples(n_classes, monkeypatch):
     assert calls, "the batch swept its problems' own samples"
 
 
+@pytest.mark.parametrize("n_classes", [3, 5])
+def test_few_class_counts_sweep_in_grid_lanes(n_classes, monkeypatch):
+    """Bootstrap counts of a few classes keep the shared layout and sweep in
+    `sweep_grid`'s lanes (`_class_grid`), and still return solve()'s trees and
+    objectives."""
+    from qbnb_jax._device.runner import GRID_MIN_PROBLEMS, KernelRunner
+
+    rng = np.random.default_rng(n_classes + 10)
+    n, p, P = 80, 3, GRID_MIN_PROBLEMS
+    X = np.round(rng.normal(size=(n, p)), 1)
+    y = np.digitize(X[:, 0] - 0.7 * X[:, 2] + 0.5 * rng.normal(size=n),
+                    np.linspace(-1, 1, n_classes - 1))
+    W = rng.multinomial(n, np.full(n, 1 / n), size=P).astype(float)
+    calls = []
+    real = KernelRunner._run_grid
+    monkeypatch.setattr(KernelRunner, "_run_grid",
+                        lambda self, *a: calls.append(1) or real(self, *a))
+    results = qbnb_jax.solve_batch(X, y, W, task="classification", depth=2)
+    assert calls, "the batch swept in the grid's lanes"
+    for i, (w, res) in enumerate(zip(W, results)):
+        alone = qbnb_jax.solve(X, y, task="classification", depth=2, sample_weight=w)
+        assert_same(res, alone, "classification", f"i={i}")
+
+
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_solve_many_pads_different_problems(task):
     rng = np.random.default_rng(7)

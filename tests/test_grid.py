@@ -52,6 +52,32 @@ def test_sweep_grid_equals_sweep_full(n, scale):
     np.testing.assert_array_equal(suf[column, slot, :, q], np.asarray(want_suf))
 
 
+@pytest.mark.parametrize("n_classes, n, scale", [(3, 8, 1), (3, 70, 1), (5, 70, 1),
+                                                  (8, 50, 1), (4, 70, 600)])
+def test_class_grid_equals_sweep_full(n_classes, n, scale):
+    """Integer counts of several classes in the lanes: the integers `sweep_full` returns
+    (zero weights, tied values, invalid positions, empty sides)."""
+    rng, _, _, _, base, problems, _ = shared_batch(n + n_classes, n, 4, 9, n_classes, scale)
+    K = 3
+    with jax.enable_x64(True):
+        data = SweepData.from_problems([base], problems, [0] * len(problems))
+        assert data.grid_scan.shape[2] == n_classes
+        cuts = np.sort(rng.integers(0, n + 1, size=(4, K, 9)), axis=1).astype(np.int32)
+        cuts[:, 0, :2] = 0
+        cuts[:, -1, 2:4] = n
+        slot_f0 = np.array([2, 0, 3, 2], dtype=np.int32)
+        feature = np.array([3, 1, 0, 2, 1], dtype=np.int32)
+        pre, suf = (np.asarray(a) for a in sweep_grid(data, np.int32(0), slot_f0, feature,
+                                                      cuts))
+        q, slot, column = (a.ravel() for a in np.meshgrid(np.arange(9), np.arange(4),
+                                                          np.arange(5), indexing="ij"))
+        f = feature[column]
+        want_pre, want_suf = sweep_full(data, q.astype(np.int32), slot_f0[slot],
+                                        f.astype(np.int32), cuts[slot, :, q])
+    np.testing.assert_array_equal(pre[column, slot, :, q], np.asarray(want_pre))
+    np.testing.assert_array_equal(suf[column, slot, :, q], np.asarray(want_suf))
+
+
 @pytest.mark.parametrize("features", [(0, 1, 2, 3), (3, 1)])  # all, or a subset swept
 def test_full_requests_on_the_grid_equal_rows(monkeypatch, features):
     """`KernelRunner.full` on the grid path: tuples of one (problem, root feature)
@@ -198,3 +224,46 @@ def test_batch_halves_with_a_time_limit_keep_valid_bounds(monkeypatch):
         assert r.status in ("time_limit", "optimal")
         assert 0 <= r.lower_bound <= r.objective
     assert any(r.status == "time_limit" for r in results)
+
+
+@pytest.mark.parametrize("n_classes, carry_bytes", [(2, 1), (4, 1 << 17), (4, 1)])
+def test_groups_with_many_tuples_spill_to_rows(monkeypatch, n_classes, carry_bytes):
+    """One problem asking for many tuples of one root feature: its later tuples sweep
+    rows (`GridPlan.on_grid`) rather than widening every group's lanes, and every row
+    gets the losses `sweep_full` gives it (also with one feature per `sweep_grid`
+    call, `GRID_CARRY_BYTES`)."""
+    monkeypatch.setattr(_runner, "GRID_ADVANTAGE", 4)
+    monkeypatch.setattr(_runner, "GRID_CARRY_BYTES", carry_bytes)
+    rng, _, _, _, base, problems, _ = shared_batch(5, 60, 4, 40, n_classes)
+    with jax.enable_x64(True):
+        data = SweepData.from_problems([base], problems, [0] * len(problems))
+        runner = KernelRunner(problems[0], data)
+        rows = []
+        for q in range(40):
+            for _ in range(12 if q == 7 else 1):
+                cuts = np.sort(rng.integers(0, 61, 4))
+                for f in range(4):
+                    rows.append((q, 1, f, *cuts))
+        rows = np.array(rows)
+        problem, f0, f, cuts = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3:]
+        plan = runner._grid_plan(problem, f0, f, cuts)
+        assert plan is not None and 0 < (~plan.on_grid).sum() < 12 * 4
+        chunks = runner._grid_feature_chunks(plan.feature, 1)
+        if carry_bytes == 1:
+            assert len(chunks) == 4
+        got = runner.full(f0, f, cuts, problem=problem)
+        want = sweep_full(data, *(a.astype(np.int32) for a in (problem, f0, f, cuts)))
+    np.testing.assert_array_equal(got[0], np.asarray(want[0]))
+    np.testing.assert_array_equal(got[1], np.asarray(want[1]))
+
+
+def test_grid_feature_chunks_pad_the_last():
+    _, _, _, _, base, problems, _ = shared_batch(1, 30, 4, 3, 3)
+    with jax.enable_x64(True):
+        data = SweepData.from_problems([base], problems, [0] * 3)
+    runner = KernelRunner(problems[0], data)
+    per_feature = 3 * data.grid_scan.dtype.itemsize
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_runner, "GRID_CARRY_BYTES", 3 * per_feature)
+        chunks = runner._grid_feature_chunks(np.array([5, 6, 7, 8], np.int32), 1)
+    assert [c.tolist() for c in chunks] == [[5, 6, 7], [8, 5, 5]]

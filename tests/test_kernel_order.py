@@ -257,6 +257,14 @@ def _kernel_jaxprs(monkeypatch):
         out["grid"] = jax.make_jaxpr(sweep_grid)(
             data, np.int32(0), np.zeros(1, np.int32), np.zeros(1, np.int32),
             np.zeros((1, 2, 3), np.int32))
+        base = make_problem(np.arange(40.0)[:, None] % 7, np.arange(40) % 4,
+                            task="classification")
+        problems, _ = base.reweighted(np.ones((3, 40), dtype=np.int64))
+        data = SweepData.from_problems([base], problems, [0] * 3)
+        assert data.grid_scan.ndim == 4  # class counts in the lanes
+        out["grid classes"] = jax.make_jaxpr(sweep_grid)(
+            data, np.int32(0), np.zeros(1, np.int32), np.zeros(1, np.int32),
+            np.zeros((1, 2, 3), np.int32))
     return out
 
 

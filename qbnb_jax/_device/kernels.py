@@ -69,8 +69,9 @@ class SweepData(eqx.Module):
       integer counts keep one channel, their summed weight (C = 1).
     - `scan`: `(P, n, S)`, scanned channels in sample order.
     - `grid_scan`: `(p, n, G)`, two-class signed counts as in `sorted_scan` with the
-      problems last (G: P rounded up to GRID_LANES), for `sweep_grid`; empty
-      `(0, 0, 0)` unless the problems share one layout.
+      problems last (G: P rounded up to GRID_LANES), for `sweep_grid`; `(p, n, C, G)`
+      for integer counts of up to GRID_MAX_CLASSES classes; empty `(0, 0, 0)` unless
+      the problems share one layout.
     - `layout_of`: `(P,)`, the layout of each problem.
     - `class_sample`, `class_weight`, `class_start`, `class_place`: `(P, p, n)`, each
       feature's order re-sorted stably by class, for the class-ordered sweeps of
@@ -86,7 +87,7 @@ class SweepData(eqx.Module):
     full_scan: Shaped[Array, "P p n1 S"]
     root_cum: Shaped[Array, "P p n1 C"]
     scan: Shaped[Array, "P n S"]
-    grid_scan: Shaped[Array, "p n G"]
+    grid_scan: Shaped[Array, "p n *CG"]
     layout_of: Int[Array, " P"]
     class_sample: Int[Array, "P p n"]
     class_weight: Shaped[Array, "P p n"]
@@ -335,24 +336,29 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     scan_padded = aligned_zeros((bucket, *scan.shape[1:]), scan.dtype)
     scan_padded[:count] = scan
     grid_scan = np.zeros((0, 0, 0), scan.dtype)
-    if binary and integer_counts and L == 1 and count > 1:  # problems `sweep_grid` can take
-        grid_scan = _grid_table(scan[:, :, 0], perm[0], n_pad)
+    if integer_counts and L == 1 and count > 1:  # problems `sweep_grid` can take
+        if binary:
+            grid_scan = _grid_table(scan[:, :, 0], perm[0], n_pad)
+        elif not field_bits and C <= GRID_MAX_CLASSES:
+            grid_scan = _grid_table(scan, perm[0], n_pad)
     return {"sorted_scan": sorted_scan, "full_scan": full_scan,
             "root_cum": cumulative(in_order(st, count)), "scan": scan_padded,
             "grid_scan": grid_scan}
 
 
 def _grid_table(signed: np.ndarray, perm: np.ndarray, n_pad: int) -> np.ndarray:
-    """`grid_scan` `(p, n_pad, G)` of the signed counts `(P, >= n)` in sample order.
+    """`grid_scan` `(p, n_pad, G)` of the signed counts `(P, >= n)` in sample order, or
+    `(p, n_pad, C, G)` of class counts `(P, >= n, C)`.
 
-    `[f, k, q]`: problem q's count of the k-th sample of f's order. A take of whole rows
-    of the (sample, problem) table, much cheaper than transposing per-problem tables.
+    `[f, k, (c,) q]`: problem q's count of the k-th sample of f's order. A take of whole
+    rows of the (sample, problem) table, much cheaper than transposing per-problem tables.
     """
     P = len(signed)
     p, n = perm.shape
-    by_sample = np.zeros((n, -(-P // GRID_LANES) * GRID_LANES), signed.dtype)
-    by_sample[:, :P] = signed[:, :n].T
-    out = aligned_zeros((p, n_pad, by_sample.shape[1]), signed.dtype)
+    lanes = -(-P // GRID_LANES) * GRID_LANES
+    by_sample = np.zeros((n, *signed.shape[2:], lanes), signed.dtype)
+    by_sample[..., :P] = np.moveaxis(signed[:, :n], 0, -1)
+    out = aligned_zeros((p, n_pad, *by_sample.shape[1:]), signed.dtype)
     np.take(by_sample, perm, axis=0, out=out[:, :n], mode="clip")
     return out
 
@@ -856,6 +862,9 @@ def sweep_gathered(
 # Problems per `sweep_grid` call: its vector lanes (fewer lanes leave the vector units
 # idle; measured with `python -m qbnb_jax.bench_batch`).
 GRID_LANES = 128
+# Integer counts of at most this many classes get a `grid_scan` (its steps cost O(C) per
+# lane; the class-ordered sweeps take many classes).
+GRID_MAX_CLASSES = 8
 
 
 def _grid_step(cuts, carry, step):
@@ -881,8 +890,8 @@ def sweep_grid(
     data: SweepData, first: Int[Array, ""], slot_f0: Int[Array, " S"],
     feature: Int[Array, " F"], cuts: Int[Array, "S K Q"]
 ) -> tuple[Shaped[Array, "F S K Q"], Shaped[Array, "F S K Q"]]:
-    """`sweep_full` for F features of the Q two-class problems `first + q` at S root
-    features.
+    """`sweep_full` for F features of the Q problems `first + q` at S root features:
+    two-class counts (signed), or integer counts of a few classes (`_class_grid`).
 
     All problems must use layout 0 (`data.layout_of`) and `data.grid_scan`, whose
     problem axis `first + Q` must not pass. `cuts[s, :, q]` are problem `first + q`'s
@@ -892,6 +901,8 @@ def sweep_grid(
     `L1(suffix_c, f)` of `f = feature[i]` at `c = cuts[s, k, q]`: the same integers
     `sweep_full` returns.
     """
+    if not data.binary:
+        return _class_grid(data, first, slot_f0, feature, cuts)
     dtype = data.sorted_scan.dtype
     n = data.length
     key_dtype = jnp.int16 if n < 2**15 else jnp.int32
@@ -922,3 +933,79 @@ def sweep_grid(
     prefix = (pre_tot[None] - _two_class_score(left, top_l, bottom_l)) // 2
     suffix = (suf_tot[None] - _two_class_score(right, top_r, bottom_r)) // 2
     return prefix, suffix
+
+
+# Integer counts of C classes: `grid_scan` is `(p, n, C, G)`. The score of a split is
+# max_c left_c + max_c (T_c - left_c) for a set of class totals T (`_score`), so each
+# lane carries its C running left counts and its best score so far; the maxima over
+# classes are element-wise over whole (feature, slot, cut, problem) slabs.
+
+
+def _class_grid_score(left: tuple, total: tuple) -> Array:
+    top = left[0]
+    rest = total[0] - left[0]
+    for c in range(1, len(left)):
+        top = jnp.maximum(top, left[c])
+        rest = jnp.maximum(rest, total[c] - left[c])
+    return top + rest
+
+
+def _class_grid_step(cuts, pre_tot, suf_tot, carry, step):
+    total, left, best_pre, best_suf = carry  # (C, F, Q), (C, F, S, K, Q), (F, S, K, Q) x2
+    x, key, valid = step  # (C, F, Q) counts, (F, S) root positions, (F,) valid
+    zero = jnp.zeros((), left.dtype)
+    inside = key[:, :, None, None] < cuts[None]  # (F, S, K, Q)
+    left = left + jnp.where(inside[None], x[:, :, None, None, :], zero)
+    total = total + x
+    right = total[:, :, None, None, :] - left  # the suffix set's samples so far
+    C = left.shape[0]
+    # Invalid positions score 0, below the empty left part's score (the start value).
+    at = valid[:, None, None, None]
+    score_pre = _class_grid_score(tuple(left[c] for c in range(C)), pre_tot)
+    score_suf = _class_grid_score(tuple(right[c] for c in range(C)), suf_tot)
+    best_pre = jnp.maximum(best_pre, jnp.where(at, score_pre, zero))
+    best_suf = jnp.maximum(best_suf, jnp.where(at, score_suf, zero))
+    return (total, left, best_pre, best_suf), None
+
+
+def _class_grid(
+    data: SweepData, first: Array, slot_f0: Array, feature: Array, cuts: Array
+) -> tuple[Array, Array]:
+    """`sweep_grid` for integer counts of C classes (`grid_scan` `(p, n, C, G)`).
+
+    The class totals of each prefix set (and so of its suffix) are read before the
+    scan from `full_scan`, the cumulative class counts in f0's order, at the cuts.
+    """
+    dtype = data.sorted_scan.dtype
+    n = data.length
+    key_dtype = jnp.int16 if n < 2**15 else jnp.int32
+    Q = cuts.shape[2]
+    C = data.grid_scan.shape[2]
+    xs = jax.lax.dynamic_slice_in_dim(data.grid_scan, first, Q, axis=3)[feature]  # (F,n,C,Q)
+    xs = jnp.transpose(xs, (1, 2, 0, 3))  # (n, C, F, Q)
+    problem = jnp.minimum(first + jnp.arange(Q), data.root_cum.shape[0] - 1)
+    keys = jnp.transpose(data.rank[0][slot_f0][:, data.perm[0][feature]], (2, 1, 0))
+    keys = keys.astype(key_dtype)  # (n, F, S)
+    valid = jnp.transpose(data.cut_valid[0][feature, 1:])  # (n, F)
+    F = xs.shape[2]
+    S, K, _ = cuts.shape
+    classes = data.full_scan[problem[None, None, :], slot_f0[:, None, None], cuts]  # S K Q C
+    classes = jnp.moveaxis(classes, -1, 0).astype(dtype)  # (C, S, K, Q)
+    whole = data.full_scan[problem, 0, -1].astype(dtype)  # (Q, C): any feature's total
+    rest = jnp.transpose(whole)[:, None, None, :] - classes
+    pre_tot = tuple(classes[c] for c in range(C))
+    suf_tot = tuple(rest[c] for c in range(C))
+    empty = jnp.zeros((F, S, K, Q), dtype)
+    zeros = tuple(jnp.zeros((S, K, Q), dtype) for _ in range(C))
+    # position 0, the empty left part, is always valid
+    start_pre = empty + _class_grid_score(zeros, pre_tot)[None]
+    start_suf = empty + _class_grid_score(zeros, suf_tot)[None]
+    carry = (jnp.zeros((C, F, Q), dtype), jnp.zeros((C, F, S, K, Q), dtype),
+             start_pre, start_suf)
+    step = functools.partial(_class_grid_step, cuts.astype(key_dtype), pre_tot, suf_tot)
+    (_, _, best_pre, best_suf), _ = jax.lax.scan(step, carry, (xs, keys, valid))
+    wide = _wide(dtype)
+    pre_w = data.root_cum[problem[None, None, :], slot_f0[:, None, None], cuts, 0]
+    pre_w = pre_w.astype(wide)  # (S, K, Q)
+    suf_w = data.root_cum[problem, 0, -1, 0].astype(wide)[None, None, :] - pre_w
+    return pre_w[None] - best_pre.astype(wide), suf_w[None] - best_suf.astype(wide)

@@ -58,6 +58,9 @@ GRID_MIN_PROBLEMS = 32
 # with `python -m qbnb_jax.bench_batch`): the grid may compute up to this many times the
 # elements the rows ask for, as it does when a problem has few tuples left.
 GRID_ADVANTAGE = 16
+# Bytes of running sums per `sweep_grid` call (a share of a core's L2 cache; measured
+# with `python -m qbnb_jax.bench_batch`).
+GRID_CARRY_BYTES = 1 << 17
 
 _COMPILED: dict[tuple, object] = {}
 _COMPILE_LOCK = threading.Lock()
@@ -158,7 +161,8 @@ class GridPlan(NamedTuple):
     GRID_LANES), `slot_f0` `(S,)` root features, `feature` `(F,)` the features swept and
     `lane_cuts` `(blocks, S, width, GRID_LANES)` the cuts (0 where unused). Per row: the
     `block`, `slot` and `lane` of its group, the `offset` of its `K` cuts in the group's
-    width and its feature's `column` in `feature`. `elements`: the lane-samples swept.
+    width and its feature's `column` in `feature`; `on_grid`, whether it is on the grid
+    at all (the others sweep rows). `elements`: the lane-samples swept.
     """
 
     K: int
@@ -172,6 +176,7 @@ class GridPlan(NamedTuple):
     offset: np.ndarray
     lane: np.ndarray
     elements: int
+    on_grid: np.ndarray
 
 
 class KernelRunner:
@@ -326,9 +331,14 @@ class KernelRunner:
         """
         problem = self._rows_of(problem, len(f0))
         plan = self._grid_plan(problem, f0, f, cuts)
-        if plan is not None:
-            return self._run_grid(plan, f, cuts.shape[1])
-        return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
+        if plan is None:
+            return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
+        pre, suf = self._run_grid(plan, f, cuts.shape[1])
+        rest = ~plan.on_grid
+        if rest.any():
+            pre[rest], suf[rest] = self._run("full", sweep_full, self.data.length,
+                                             [problem[rest], f0[rest], f[rest]], cuts[rest], {})
+        return pre, suf
 
     def limited(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray, problem=None):
         """`full` for a problem with leaf limits (`_device/limits.py`): columns whose
@@ -376,18 +386,36 @@ class KernelRunner:
         slots = min(p, pow2_at_least(len(slot_f0)))
         feature, column = np.unique(f, return_inverse=True)
         F = min(p, pow2_at_least(len(feature)))
-        width = pow2_at_least((int(r.max()) + 1) * K)
         # Blocks are fixed ranges of problems (a slice of `grid_scan` each), swept when
         # one of their problems asks.
         t_block, t_lane = np.divmod(t_problem, GRID_LANES)
         present, t_block = np.unique(t_block, return_inverse=True)
         blocks = len(present)
-        grid_elements = blocks * GRID_LANES * slots * width * F
-        if grid_elements > GRID_ADVANTAGE * rows * pow2_at_least(cuts.shape[1]):
+        # The width fits the groups' first tuples; a few groups with many tuples would
+        # widen every group's lanes, so their later tuples may go to `sweep_full`
+        # instead: the width of least estimated cost, rows weighted GRID_ADVANTAGE.
+        row_cost = GRID_ADVANTAGE * pow2_at_least(cuts.shape[1])
+        rows_of_tuple = np.bincount(tuple_of_row, minlength=len(first_row))
+        by_r = np.bincount(r, weights=rows_of_tuple)  # rows of the tuples at each r
+        later = np.cumsum(by_r[::-1])[::-1]  # rows of the tuples at r or beyond
+        best = None
+        widest = pow2_at_least((int(r.max()) + 1) * K)
+        for width in (1 << e for e in range(widest.bit_length())):
+            if width < K:  # no tuple fits
+                continue
+            spill = later[width // K] if width // K < len(later) else 0
+            cost = blocks * GRID_LANES * slots * width * F + row_cost * spill
+            if best is None or cost < best[0]:
+                best = (cost, width)
+        cost, width = best
+        if cost > row_cost * rows:
             return None
+        grid_elements = blocks * GRID_LANES * slots * width * F
+        fits = (r + 1) * K <= width  # the tuples on the grid; the others sweep rows
         lane_cuts = np.zeros((blocks, slots, width, GRID_LANES), dtype=np.int32)
         for k in range(K):
-            lane_cuts[t_block, t_slot, r * K + k, t_lane] = t_cuts[:, k]
+            lane_cuts[t_block[fits], t_slot[fits], r[fits] * K + k, t_lane[fits]] = (
+                t_cuts[fits, k])
         padded_f0 = np.zeros(slots, dtype=np.int32)
         padded_f0[: len(slot_f0)] = slot_f0
         padded_feature = np.full(F, feature[0], dtype=np.int32)  # repeats: unread columns
@@ -396,7 +424,8 @@ class KernelRunner:
                         slot_f0=padded_f0, feature=padded_feature, column=column,
                         block=t_block[tuple_of_row],
                         slot=t_slot[tuple_of_row], offset=(r * K)[tuple_of_row],
-                        lane=t_lane[tuple_of_row], elements=grid_elements * self.data.length)
+                        lane=t_lane[tuple_of_row], elements=grid_elements * self.data.length,
+                        on_grid=fits[tuple_of_row])
 
     def _problem_axis(self):
         """`(data, place)`: `place(array, axis)` splits the problem axis over the devices.
@@ -424,12 +453,13 @@ class KernelRunner:
         out_suf = np.empty((rows, n_cuts))
         data, place = self._problem_axis()
         lane_cuts, slot_f0 = plan.lane_cuts, plan.slot_f0
-        args = (data, plan.first[0], slot_f0, plan.feature, place(lane_cuts[0], 2))
+        _, slots, width, lanes = lane_cuts.shape
+        features = self._grid_feature_chunks(plan.feature, slots * width * lanes)
+        args = (data, plan.first[0], slot_f0, features[0], place(lane_cuts[0], 2))
         exe = self._executable("grid", sweep_grid, args, {})
         # each row's K cuts (K = 1: one cut, repeated) as flat indices of a block's
         # [feature column, slot, cut, lane] output: one np.take per output (far cheaper
         # than a fancy index)
-        _, slots, width, lanes = lane_cuts.shape
         cut_index = plan.offset[:, None] + np.arange(plan.K)[None, :]
         flat = (((plan.column[:, None] * slots + plan.slot[:, None]) * width + cut_index)
                 * lanes + plan.lane[:, None])
@@ -439,19 +469,42 @@ class KernelRunner:
 
         def run_block(b: int) -> None:
             stop()
-            args = (plan.first[b], slot_f0, plan.feature, lane_cuts[b])
-            start = time.perf_counter()
-            pre, suf = (np.asarray(a) for a in exe(data, *args[:3], place(lane_cuts[b], 2)))
-            self._account_call(start, args, (pre, suf))
-            mine = np.nonzero(plan.block == b)[0]
+            parts = []
+            for chunk in features:
+                args = (plan.first[b], slot_f0, chunk, lane_cuts[b])
+                start = time.perf_counter()
+                out = tuple(np.asarray(a) for a in exe(data, *args[:3],
+                                                       place(lane_cuts[b], 2)))
+                self._account_call(start, args, out)
+                parts.append(out)
+            pre, suf = (np.concatenate([part[i] for part in parts]) if len(parts) > 1
+                        else parts[0][i] for i in (0, 1))
+            mine = np.nonzero((plan.block == b) & plan.on_grid)[0]
             out_pre[mine] = np.take(pre.reshape(-1), flat[mine])
             out_suf[mine] = np.take(suf.reshape(-1), flat[mine])
 
         blocks = len(lane_cuts)
         run_all(run_block, range(blocks))
-        self.counters.add(rows_evaluated=rows, cut_evaluations=rows * n_cuts,
+        on_grid = int(plan.on_grid.sum())
+        self.counters.add(rows_evaluated=on_grid, cut_evaluations=on_grid * n_cuts,
                           cut_elements=plan.elements)
         return out_pre, out_suf
+
+    def _grid_feature_chunks(self, feature: np.ndarray, lanes_per_feature: int
+                             ) -> list[np.ndarray]:
+        """`feature` in chunks of equal length, each one `sweep_grid` call.
+
+        Each lane carries running sums (two classes: the prefix sum and its four
+        extremes; C classes: C counts): each call keeps at most GRID_CARRY_BYTES of
+        them, so that they stay in a core's cache. The last chunk repeats its first
+        feature."""
+        sums = self.data.grid_scan.shape[2] if self.data.grid_scan.ndim == 4 else 5
+        per_feature = sums * lanes_per_feature * self.data.grid_scan.dtype.itemsize
+        size = max(1, min(len(feature), GRID_CARRY_BYTES // per_feature))
+        count = -(-len(feature) // size)
+        padded = np.full(count * size, feature[0], dtype=feature.dtype)
+        padded[: len(feature)] = feature
+        return list(padded.reshape(count, size))
 
     def can_sweep_grid(self) -> bool:
         """Whether this data serves `sweep_grid`: it has `grid_scan`, which is built for

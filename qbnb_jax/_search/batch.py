@@ -27,10 +27,16 @@ import jax
 import numpy as np
 
 from qbnb_jax._device.cache import enable_persistent_cache
-from qbnb_jax._device.kernels import BLOCKED_FROM, SweepData, execution_plan, padded_length
+from qbnb_jax._device.kernels import (
+    BLOCKED_FROM,
+    GRID_MAX_CLASSES,
+    SweepData,
+    execution_plan,
+    padded_length,
+)
 from qbnb_jax._device.memory import tune_malloc
 from qbnb_jax._device.parallel import THREADS
-from qbnb_jax._device.runner import COUNTER_NAMES, KernelRunner
+from qbnb_jax._device.runner import COUNTER_NAMES, GRID_MIN_PROBLEMS, KernelRunner
 from qbnb_jax._problem.data import (
     Layout,
     Problem,
@@ -178,13 +184,22 @@ def _solve_stacked(base: Problem, W: np.ndarray, depth: int, options: SearchOpti
         W, signed_out=None if stat_tables is None else stat_tables["sorted_scan"],
         mass_out=None if stat_tables is None else stat_tables["root_cum"])
     own = None
-    if stat_tables is None and depth == 2 and len(W) >= OWN_LAYOUTS_FROM:
+    if (stat_tables is None and depth == 2 and len(W) >= OWN_LAYOUTS_FROM
+            and not _class_grid_serves(base, len(W))):
         # Many classes sweep rows (not `sweep_grid`'s lanes): on each problem's positive
         # samples alone, a bootstrap's sweeps skip its zero-weight third. Counts are
         # exact in any order, so the losses are the same.
         own = (*positive_layouts(base, W), _positive_rows(problems, W))
     return _solve_problems(_Batch([base], problems, [0] * len(problems), tables=tables,
                                   stat_tables=stat_tables, own=own), depth, options)
+
+
+def _class_grid_serves(base: Problem, count: int) -> bool:
+    """Whether a batch of `count` problems of `base`'s few classes can go to
+    `sweep_grid`'s lanes, which need the shared layout (`grid_scan`): then the
+    problems keep it, rather than sweeping rows on their own samples."""
+    return (base.n_channels <= GRID_MAX_CLASSES and count >= GRID_MIN_PROBLEMS
+            and execution_plan() == "sequential")
 
 
 # Count batches of at least this many problems sweep each on its own samples: the
