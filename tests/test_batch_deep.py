@@ -111,3 +111,34 @@ def test_depth3_batch_time_limit_keeps_valid_bounds():
         assert 0 <= res.lower_bound <= res.objective
         best = qbnb_jax.solve(X, y, task="classification", depth=3, sample_weight=w)
         assert res.lower_bound <= best.objective + 1e-9 <= res.objective + 1e-9
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_compact_many_equals_compact(task):
+    """`compact_many` (sides compacted together, padded) gives `compact`'s arrays."""
+    import dataclasses
+
+    from qbnb_jax._problem.data import compact_many
+
+    rng = np.random.default_rng(7)
+    X, y = make_data(rng, task, 3, 120, 4)
+    root = make_problem(X, y, task=task)
+    parents = [root]
+    if task == "classification":
+        parents += root.reweighted(folds(rng, 120, 2).astype(np.int64))[0]
+        parents += root.reweighted(bootstrap(rng, 120, 2).astype(np.int64))[0]
+    subsets = []
+    for _ in range(60):
+        parent = parents[rng.integers(len(parents))]
+        f, k = rng.integers(parent.p), rng.integers(0, parent.n + 1)
+        left = parent.rank[f] < k
+        mask = [left, ~left, rng.random(parent.n) < 0.5][rng.integers(3)]
+        subsets.append((parent, mask))
+    for at in range(0, len(subsets), 13):
+        chunk = subsets[at: at + 13]
+        for (parent, mask), got in zip(chunk, compact_many(*zip(*chunk))):
+            want = parent.compact(mask)
+            for field in dataclasses.fields(want):
+                a, b = getattr(want, field.name), getattr(got, field.name)
+                if isinstance(a, np.ndarray):
+                    assert a.dtype == b.dtype and np.array_equal(a, b), field.name

@@ -134,9 +134,13 @@ class DeepSearch(Search):
 
     def side_problem(self, key) -> Problem:
         """The samples of side `key` `(f0, k, which)`, compacted (`Problem.compact`)."""
+        return self.problem.compact(self.side_subset(key)[1])
+
+    def side_subset(self, key) -> tuple[Problem, np.ndarray]:
+        """`(problem, mask)`: side `key` `(f0, k, which)` is `problem.compact(mask)`."""
         f0, k, which = key
         left = self.problem.rank[f0] < k
-        return self.problem.compact(left if which == LEFT else ~left)
+        return self.problem, left if which == LEFT else ~left
 
     def pending_sides(self, keys, cutoffs) -> dict:
         """`{key: cutoff}` of the sides of `keys` not solved yet, each with the loosest

@@ -26,7 +26,7 @@ import numpy as np
 from qbnb_jax._device.kernels import padded_length
 from qbnb_jax._device.parallel import THREADS
 from qbnb_jax._device.runner import KernelRunner
-from qbnb_jax._problem.data import Problem, ThresholdTables, two_class_stumps
+from qbnb_jax._problem.data import Problem, ThresholdTables, compact_many, two_class_stumps
 from qbnb_jax._search.deep import SIDE_LAYOUT_BYTES, DeepSearch
 from qbnb_jax._search.depth2 import solve_depth2, stack_tables
 from qbnb_jax._search.search import Search
@@ -38,6 +38,10 @@ from qbnb_jax._search.search import Search
 MAX_BATCH = 256
 SMALL_BATCH = 64
 LENGTH_STEPS = 4  # steps per octave of `for_compact`'s lengths
+# Sides compacted together (`compact_many`): a few dozen numpy calls per chunk instead
+# of per side, on padded arrays small enough to stay in cache (sides of a batch are
+# sorted by size, so a chunk pads little).
+COMPACT_CHUNK = 16
 
 
 def solve_deep_lockstep(searches: list[DeepSearch], runner: KernelRunner) -> None:
@@ -94,7 +98,9 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
     side_options = searches[0].side_options
 
     def solve(batch: list[int]) -> None:
-        subs = [owners[j].side_problem(keys[j]) for j in batch]
+        subs = [sub for at in range(0, len(batch), COMPACT_CHUNK)
+                for sub in compact_many(*zip(*(owners[j].side_subset(keys[j])
+                                               for j in batch[at: at + COMPACT_CHUNK])))]
         search = Search(subs, side_options, runner=runner.for_compact(subs),
                         cutoff=[cutoffs[j] for j in batch])
         solve_depth2(search, side_tables(subs))
