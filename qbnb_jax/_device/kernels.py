@@ -1079,10 +1079,17 @@ def _sse_grid(
         x, key, ok = step
         left = add(left, x, key)
         total = total + x
-        right = tuple(total[c][:, None, None, :] - left[c] for c in range(C))
-        at = ok[:, None, None, None]
-        best_pre = jnp.maximum(best_pre, jnp.where(at, _sse_grid_score(left, pre_scan), low))
-        best_suf = jnp.maximum(best_suf, jnp.where(at, _sse_grid_score(right, suf_scan), low))
+
+        def scored(bests):
+            right = tuple(total[c][:, None, None, :] - left[c] for c in range(C))
+            at = ok[:, None, None, None]
+            return (jnp.maximum(bests[0], jnp.where(at, _sse_grid_score(left, pre_scan), low)),
+                    jnp.maximum(bests[1], jnp.where(at, _sse_grid_score(right, suf_scan), low)))
+
+        # Tied values leave most positions invalid (a feature of a few hundred values):
+        # their divisions are skipped, not masked.
+        best_pre, best_suf = jax.lax.cond(jnp.any(ok), scored, lambda bests: bests,
+                                          (best_pre, best_suf))
         return (left, total, best_pre, best_suf), None
 
     # position 0, the empty left part, is always valid

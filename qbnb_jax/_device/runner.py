@@ -58,6 +58,9 @@ GRID_MIN_PROBLEMS = 32
 # with `python -m qbnb_jax.bench_batch`): the grid may compute up to this many times the
 # elements the rows ask for, as it does when a problem has few tuples left.
 GRID_ADVANTAGE = 16
+# Regression lanes divide four times per lane-sample, as rows do per cut-sample, and
+# sweep the zero-weight samples rows skip: a far smaller advantage.
+SSE_GRID_ADVANTAGE = 8
 # Bytes of running sums per `sweep_grid` call (a share of a core's L2 cache; measured
 # with `python -m qbnb_jax.bench_batch`).
 GRID_CARRY_BYTES = 1 << 17
@@ -394,7 +397,8 @@ class KernelRunner:
         # The width fits the groups' first tuples; a few groups with many tuples would
         # widen every group's lanes, so their later tuples may go to `sweep_full`
         # instead: the width of least estimated cost, rows weighted GRID_ADVANTAGE.
-        row_cost = GRID_ADVANTAGE * pow2_at_least(cuts.shape[1])
+        advantage = SSE_GRID_ADVANTAGE if self.data.loss_kind == "sse" else GRID_ADVANTAGE
+        row_cost = advantage * pow2_at_least(cuts.shape[1])
         rows_of_tuple = np.bincount(tuple_of_row, minlength=len(first_row))
         by_r = np.bincount(r, weights=rows_of_tuple)  # rows of the tuples at each r
         later = np.cumsum(by_r[::-1])[::-1]  # rows of the tuples at r or beyond
@@ -499,6 +503,8 @@ class KernelRunner:
         them, so that they stay in a core's cache. The last chunk repeats its first
         feature."""
         sums = self.data.grid_scan.shape[2] if self.data.grid_scan.ndim == 4 else 5
+        if self.data.loss_kind == "sse":  # running and set sums per channel, two bests
+            sums = 3 * sums + 2
         per_feature = sums * lanes_per_feature * self.data.grid_scan.dtype.itemsize
         size = max(1, min(len(feature), GRID_CARRY_BYTES // per_feature))
         count = -(-len(feature) // size)

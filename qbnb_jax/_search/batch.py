@@ -158,7 +158,10 @@ def _solve_floats(base: Problem, W: np.ndarray, targets: np.ndarray | None, dept
                   options: SearchOptions) -> list[SolveResult]:
     """Problems `base` under each row of float weights `W`, on one shared layout."""
     problems, alone, tables = reweighted_samples(base, W, targets)
-    own = (*positive_layouts(base, W), alone) if depth == 2 else None
+    own = None
+    if depth == 2 and not (REGRESSION_GRID and targets is not None
+                           and len(W) >= GRID_MIN_PROBLEMS):
+        own = (*positive_layouts(base, W), alone)
     return _solve_problems(_Batch([base], problems, [0] * len(problems), tables=tables,
                                   alone=alone, own=own), depth, options)
 
@@ -200,6 +203,11 @@ def _class_grid_serves(base: Problem, count: int) -> bool:
     problems keep it, rather than sweeping rows on their own samples."""
     return (base.n_channels <= GRID_MAX_CLASSES and count >= GRID_MIN_PROBLEMS
             and execution_plan() == "sequential")
+
+
+# Regression batches of at least GRID_MIN_PROBLEMS keep the shared layout, whose full
+# sweeps go to `sweep_grid`'s lanes (`_sse_grid`), rather than each problem's own.
+REGRESSION_GRID = True
 
 
 # Count batches of at least this many problems sweep each on its own samples: the
