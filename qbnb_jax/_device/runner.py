@@ -64,6 +64,9 @@ SSE_GRID_ADVANTAGE = 8
 # Bytes of running sums per `sweep_grid` call (a share of a core's L2 cache; measured
 # with `python -m qbnb_jax.bench_batch`).
 GRID_CARRY_BYTES = 1 << 17
+# The same for regression lanes, which chunk their root-feature slots too (measured
+# with `python -m qbnb_jax.bench_batch --source concrete`).
+SSE_GRID_CARRY_BYTES = 1 << 19
 
 _COMPILED: dict[tuple, object] = {}
 _COMPILE_LOCK = threading.Lock()
@@ -459,7 +462,9 @@ class KernelRunner:
         lane_cuts, slot_f0 = plan.lane_cuts, plan.slot_f0
         _, slots, width, lanes = lane_cuts.shape
         features = self._grid_feature_chunks(plan.feature, slots * width * lanes)
-        args = (data, plan.first[0], slot_f0, features[0], place(lane_cuts[0], 2))
+        step = self._grid_slot_chunk(slots, width * lanes)
+        args = (data, plan.first[0], slot_f0[:step], features[0],
+                place(lane_cuts[0, :step], 2))
         exe = self._executable("grid", sweep_grid, args, {})
         # each row's K cuts (K = 1: one cut, repeated) as flat indices of a block's
         # [feature column, slot, cut, lane] output: one np.take per output (far cheaper
@@ -475,12 +480,17 @@ class KernelRunner:
             stop()
             parts = []
             for chunk in features:
-                args = (plan.first[b], slot_f0, chunk, lane_cuts[b])
-                start = time.perf_counter()
-                out = tuple(np.asarray(a) for a in exe(data, *args[:3],
-                                                       place(lane_cuts[b], 2)))
-                self._account_call(start, args, out)
-                parts.append(out)
+                by_slot = []
+                for s0 in range(0, slots, step):
+                    args = (plan.first[b], slot_f0[s0 : s0 + step], chunk,
+                            lane_cuts[b, s0 : s0 + step])
+                    start = time.perf_counter()
+                    out = tuple(np.asarray(a) for a in exe(data, *args[:3],
+                                                           place(args[3], 2)))
+                    self._account_call(start, args, out)
+                    by_slot.append(out)
+                parts.append(by_slot[0] if len(by_slot) == 1 else tuple(
+                    np.concatenate([o[i] for o in by_slot], axis=1) for i in (0, 1)))
             pre, suf = (np.concatenate([part[i] for part in parts]) if len(parts) > 1
                         else parts[0][i] for i in (0, 1))
             mine = np.nonzero((plan.block == b) & plan.on_grid)[0]
@@ -493,6 +503,17 @@ class KernelRunner:
         self.counters.add(rows_evaluated=on_grid, cut_evaluations=on_grid * n_cuts,
                           cut_elements=plan.elements)
         return out_pre, out_suf
+
+    def _grid_slot_chunk(self, slots: int, lanes_per_slot: int) -> int:
+        """Root-feature slots per `sweep_grid` call: all of them, but for regression
+        sums the most (a divisor of `slots`) whose running and set sums fit
+        SSE_GRID_CARRY_BYTES (a regression lane carries 3 S + 2 floats: one feature's
+        carry of 8 slots spilled out of a core's L2 and cost 1.5x per lane-sample)."""
+        if self.data.loss_kind != "sse":
+            return slots
+        per_slot = (3 * self.data.grid_scan.shape[2] + 2) * lanes_per_slot * 8
+        fits = max(1, SSE_GRID_CARRY_BYTES // per_slot)
+        return max(d for d in range(1, slots + 1) if slots % d == 0 and d <= fits)
 
     def _grid_feature_chunks(self, feature: np.ndarray, lanes_per_feature: int
                              ) -> list[np.ndarray]:
