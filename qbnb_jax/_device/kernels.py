@@ -70,8 +70,8 @@ class SweepData(eqx.Module):
     - `scan`: `(P, n, S)`, scanned channels in sample order.
     - `grid_scan`: `(p, n, G)`, two-class signed counts as in `sorted_scan` with the
       problems last (G: P rounded up to GRID_LANES), for `sweep_grid`; `(p, n, C, G)`
-      for integer counts of up to GRID_MAX_CLASSES classes; empty `(0, 0, 0)` unless
-      the problems share one layout.
+      for integer counts of up to GRID_MAX_CLASSES classes and for regression's
+      scanned channels; empty `(0, 0, 0)` unless the problems share one layout.
     - `layout_of`: `(P,)`, the layout of each problem.
     - `class_sample`, `class_weight`, `class_start`, `class_place`: `(P, p, n)`, each
       feature's order re-sorted stably by class, for the class-ordered sweeps of
@@ -893,7 +893,8 @@ def sweep_grid(
     feature: Int[Array, " F"], cuts: Int[Array, "S K Q"]
 ) -> tuple[Shaped[Array, "F S K Q"], Shaped[Array, "F S K Q"]]:
     """`sweep_full` for F features of the Q problems `first + q` at S root features:
-    two-class counts (signed), or integer counts of a few classes (`_class_grid`).
+    two-class counts (signed), integer counts of a few classes (`_class_grid`), or
+    regression sums (`_sse_grid`, the same floats as `sweep_full`'s).
 
     All problems must use layout 0 (`data.layout_of`) and `data.grid_scan`, whose
     problem axis `first + Q` must not pass. `cuts[s, :, q]` are problem `first + q`'s

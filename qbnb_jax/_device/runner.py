@@ -535,7 +535,7 @@ class KernelRunner:
 
     def can_sweep_grid(self) -> bool:
         """Whether this data serves `sweep_grid`: it has `grid_scan`, which is built for
-        two-class counts of one shared layout alone."""
+        integer counts of up to 8 classes and regression sums of one shared layout."""
         return self.data.grid_scan.size > 0
 
     def window(self, f0, f, lo, hi, cuts, problem=None):

@@ -83,9 +83,10 @@ def solve_batch(
     `i` is the tree `solve(X, y, sample_weight=sample_weights[i], ...)` returns: the
     same tree and objective. The problems share one presorted layout (`X` sorted once;
     regression and fractional weights at depth 1 and 2 on a CPU, see docs/design.md,
-    "Batching"); at depth 2 all but two-class counts sweep each problem's positive
-    samples alone, in orders derived from the shared ones. With two classes and 32 or
-    more integer-weighted problems the kernels take the problems as vector lanes; 512
+    "Batching"); at depth 2 the others sweep each problem's positive samples alone,
+    in orders derived from the shared ones, but integer counts of up to 8 classes and
+    regression, in batches of 32 or more problems, where the kernels take the problems
+    as vector lanes of the shared layout; 512
     or more run as two halves on two threads (without a `progress` callback). Neither
     changes any result. The first call sets glibc's malloc thresholds for the process
     (`memory.tune_malloc`; `QBNB_JAX_TUNE_MALLOC=0`: not).
