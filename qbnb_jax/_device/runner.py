@@ -23,6 +23,7 @@ from qbnb_jax._device.kernels import (
     sweep_gathered,
     sweep_grid,
     sweep_windowed,
+    sweeps_channels_major,
     uses_class_order,
 )
 from qbnb_jax._device.limits import limit_data, sweep_limited
@@ -535,7 +536,11 @@ class KernelRunner:
 
     def can_sweep_grid(self) -> bool:
         """Whether this data serves `sweep_grid`: it has `grid_scan`, which is built for
-        integer counts of up to 8 classes and regression sums of one shared layout."""
+        integer counts of up to 8 classes and regression sums of one shared layout.
+        Regression lanes form the floats of `_channels_major_full_rows`, so they serve
+        only where `sweep_full` takes it."""
+        if self.data.loss_kind == "sse" and not sweeps_channels_major(self.data):
+            return False
         return self.data.grid_scan.size > 0
 
     def window(self, f0, f, lo, hi, cuts, problem=None):
