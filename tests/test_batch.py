@@ -133,6 +133,31 @@ def test_float_sums_share_the_layout_bit_for_bit(task, kind, monkeypatch):
             assert_same(res, alone, task, f"depth={depth} i={i}")
 
 
+@pytest.mark.parametrize("targets", [1, 2])
+def test_regression_lanes_equal_one_by_one(targets, monkeypatch):
+    """Regression batches of GRID_MIN_PROBLEMS or more keep the shared layout and sweep
+    in `sweep_grid`'s lanes (`_sse_grid`): still solve()'s trees, objectives and bounds
+    bit for bit (fractional weights, folds, bootstrap counts, ties)."""
+    import qbnb_jax._device.runner as runner_module
+
+    rng = np.random.default_rng(20 + targets)
+    n, p, P = 90, 3, runner_module.GRID_MIN_PROBLEMS + 2
+    X = np.round(rng.normal(size=(n, p)), 1)
+    y = np.where(X[:, :1] > 0.2, 1.5, -0.5) + rng.normal(size=(n, targets))
+    W = rng.multinomial(n, np.full(n, 1 / n), size=P).astype(float)
+    W[:10] *= np.round(rng.uniform(0.5, 2.0, size=(10, n)), 3)  # fractional
+    W[10] = rng.random(n) < 0.8  # a fold
+    calls = []
+    real = runner_module.KernelRunner._run_grid
+    monkeypatch.setattr(runner_module.KernelRunner, "_run_grid",
+                        lambda self, *a: calls.append(1) or real(self, *a))
+    results = qbnb_jax.solve_batch(X, y, W, task="regression", depth=2)
+    assert calls, "the batch swept in sweep_grid's lanes"
+    for i, (w, res) in enumerate(zip(W, results)):
+        alone = qbnb_jax.solve(X, y, task="regression", depth=2, sample_weight=w)
+        assert_same(res, alone, "regression", f"i={i}")
+
+
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_float_batches_in_two_halves_equal_one_by_one(task, monkeypatch):
     """Large float batches run as two concurrent halves (here from 6 problems), each

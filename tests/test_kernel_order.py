@@ -31,7 +31,7 @@ from qbnb_jax._device.kernels import (
     sweep_windowed,
 )
 from qbnb_jax._device.limits import limit_data, sweep_limited
-from qbnb_jax._problem.data import make_problem
+from qbnb_jax._problem.data import as_targets, make_problem, reweighted_samples
 from qbnb_jax._problem.leaf_limits import LeafLimits
 
 
@@ -211,6 +211,41 @@ def test_sweep_grid_equals_reference(n, scale):
                     assert (pre[c, s, k, q], suf[c, s, k, q]) == want, (q, s, c, k)
 
 
+@pytest.mark.parametrize("targets, n", [(1, 3), (1, 70), (2, 70), (3, 41)])
+def test_sse_grid_equals_sweep_full_bitwise(targets, n):
+    """Regression lanes: the same floats `sweep_full` forms for each lane's rows (zero
+    weights, tied values, so invalid positions; sums that depend on their order)."""
+    rng = np.random.default_rng(10 * n + targets)
+    X = np.round(rng.normal(size=(n, 3)), 1)
+    X[:, 0] = np.arange(n)
+    X[:, 2] = rng.integers(0, 3, size=n)  # many ties
+    y = rng.normal(size=(n, targets)) * 10.0 ** rng.integers(-3, 4, size=(n, 1))
+    P = 5
+    W = rng.multinomial(n, np.full(n, 1 / n), size=P).astype(np.float64)
+    W[1] *= rng.uniform(0.1, 3, size=n)  # fractional weights too
+    base = make_problem(X, y if targets > 1 else y[:, 0], task="regression")
+    problems, _, _ = reweighted_samples(base, W, as_targets(y if targets > 1 else y[:, 0], n))
+    K, S = 3, 2
+    cuts = np.sort(rng.integers(0, n + 1, size=(S, K, P)), axis=1).astype(np.int32)
+    cuts[:, 0, 0] = 0
+    cuts[:, -1, 1] = n
+    slot_f0 = np.array([0, 2], dtype=np.int32)
+    feature = np.array([1, 0, 2], dtype=np.int32)
+    with jax.enable_x64(True):
+        data = SweepData.from_problems([base], problems, [0] * P)
+        assert data.grid_scan.ndim == 4 and _kernels.sweeps_channels_major(data)
+        pre, suf = (np.asarray(a) for a in sweep_grid(data, np.int32(0), slot_f0, feature,
+                                                      cuts))
+        for q in range(P):
+            for s in range(S):
+                rows = len(feature)
+                want_pre, want_suf = (np.asarray(a) for a in sweep_full(
+                    data, np.full(rows, q, np.int32), np.full(rows, slot_f0[s], np.int32),
+                    feature, np.repeat(cuts[s, :, q][None], rows, axis=0)))
+                assert np.array_equal(pre[:, s, :, q], want_pre), (q, s)
+                assert np.array_equal(suf[:, s, :, q], want_suf), (q, s)
+
+
 # ---------------------------------------------------------------------------------------
 # the jaxpr audit
 # ---------------------------------------------------------------------------------------
@@ -263,6 +298,15 @@ def _kernel_jaxprs(monkeypatch):
         data = SweepData.from_problems([base], problems, [0] * 3)
         assert data.grid_scan.ndim == 4  # class counts in the lanes
         out["grid classes"] = jax.make_jaxpr(sweep_grid)(
+            data, np.int32(0), np.zeros(1, np.int32), np.zeros(1, np.int32),
+            np.zeros((1, 2, 3), np.int32))
+        base = make_problem(np.arange(40.0)[:, None] % 7, np.arange(40.0) % 5,
+                            task="regression")
+        problems, _, _ = reweighted_samples(base, np.ones((3, 40)),
+                                            as_targets(np.arange(40.0) % 5, 40))
+        data = SweepData.from_problems([base], problems, [0] * 3)
+        assert data.grid_scan.ndim == 4 and data.loss_kind == "sse"  # regression lanes
+        out["grid regression"] = jax.make_jaxpr(sweep_grid)(
             data, np.int32(0), np.zeros(1, np.int32), np.zeros(1, np.int32),
             np.zeros((1, 2, 3), np.int32))
     return out

@@ -70,8 +70,8 @@ class SweepData(eqx.Module):
     - `scan`: `(P, n, S)`, scanned channels in sample order.
     - `grid_scan`: `(p, n, G)`, two-class signed counts as in `sorted_scan` with the
       problems last (G: P rounded up to GRID_LANES), for `sweep_grid`; `(p, n, C, G)`
-      for integer counts of up to GRID_MAX_CLASSES classes; empty `(0, 0, 0)` unless
-      the problems share one layout.
+      for integer counts of up to GRID_MAX_CLASSES classes and for regression's
+      scanned channels; empty `(0, 0, 0)` unless the problems share one layout.
     - `layout_of`: `(P,)`, the layout of each problem.
     - `class_sample`, `class_weight`, `class_start`, `class_place`: `(P, p, n)`, each
       feature's order re-sorted stably by class, for the class-ordered sweeps of
@@ -336,6 +336,8 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     scan_padded = aligned_zeros((bucket, *scan.shape[1:]), scan.dtype)
     scan_padded[:count] = scan
     grid_scan = np.zeros((0, 0, 0), scan.dtype)
+    if loss_kind == "sse" and L == 1 and count > 1:  # regression lanes (`_sse_grid`)
+        grid_scan = _grid_table(scan, perm[0], n_pad)
     if integer_counts and L == 1 and count > 1:  # problems `sweep_grid` can take
         if binary:
             grid_scan = _grid_table(scan[:, :, 0], perm[0], n_pad)
@@ -891,7 +893,8 @@ def sweep_grid(
     feature: Int[Array, " F"], cuts: Int[Array, "S K Q"]
 ) -> tuple[Shaped[Array, "F S K Q"], Shaped[Array, "F S K Q"]]:
     """`sweep_full` for F features of the Q problems `first + q` at S root features:
-    two-class counts (signed), or integer counts of a few classes (`_class_grid`).
+    two-class counts (signed), integer counts of a few classes (`_class_grid`), or
+    regression sums (`_sse_grid`, the same floats as `sweep_full`'s).
 
     All problems must use layout 0 (`data.layout_of`) and `data.grid_scan`, whose
     problem axis `first + Q` must not pass. `cuts[s, :, q]` are problem `first + q`'s
@@ -901,6 +904,8 @@ def sweep_grid(
     `L1(suffix_c, f)` of `f = feature[i]` at `c = cuts[s, k, q]`: the same integers
     `sweep_full` returns.
     """
+    if data.loss_kind == "sse":
+        return _sse_grid(data, first, slot_f0, feature, cuts)
     if not data.binary:
         return _class_grid(data, first, slot_f0, feature, cuts)
     dtype = data.sorted_scan.dtype
@@ -1009,3 +1014,89 @@ def _class_grid(
     pre_w = pre_w.astype(wide)  # (S, K, Q)
     suf_w = data.root_cum[problem, 0, -1, 0].astype(wide)[None, None, :] - pre_w
     return pre_w[None] - best_pre.astype(wide), suf_w[None] - best_suf.astype(wide)
+
+
+# Regression: `grid_scan` is `(p, n, S, G)` of the scanned channels [w, w*y_1..y_T] in
+# float. Float sums depend on their order, so every sum is formed as
+# `_channels_major_full_rows` forms it on the sequential plan: the prefix sets' totals by
+# a first pass over f's order (adding exact zeros outside the set), the suffix set's
+# partial sums as the running total of f's order (`full_scan`, a sequential cumsum) minus
+# the prefix set's, and the scores by `_channels_major_score`'s operations. The losses are
+# then the same floats, bit for bit.
+
+
+def _sse_grid_explained(part: tuple) -> Array:
+    s0 = part[0]
+    squares = part[1] ** 2
+    for c in range(2, len(part)):
+        squares = squares + part[c] ** 2
+    return jnp.where(s0 > 0, squares / jnp.where(s0 > 0, s0, 1), 0)
+
+
+def _sse_grid_score(left: tuple, total: tuple) -> Array:
+    rest = tuple(t - a for t, a in zip(total, left))
+    return _sse_grid_explained(left) + _sse_grid_explained(rest)
+
+
+def _sse_grid(
+    data: SweepData, first: Array, slot_f0: Array, feature: Array, cuts: Array
+) -> tuple[Array, Array]:
+    """`sweep_grid` for regression sums (`grid_scan` `(p, n, S, G)`, floats)."""
+    dtype = data.grid_scan.dtype
+    n = data.length
+    key_dtype = jnp.int16 if n < 2**15 else jnp.int32
+    Q = cuts.shape[2]
+    C = data.grid_scan.shape[2]
+    xs = jax.lax.dynamic_slice_in_dim(data.grid_scan, first, Q, axis=3)[feature]  # (F,n,C,Q)
+    xs = jnp.transpose(xs, (1, 2, 0, 3))  # (n, C, F, Q)
+    problem = jnp.minimum(first + jnp.arange(Q), data.root_cum.shape[0] - 1)
+    keys = jnp.transpose(data.rank[0][slot_f0][:, data.perm[0][feature]], (2, 1, 0))
+    keys = keys.astype(key_dtype)  # (n, F, S)
+    valid = jnp.transpose(data.cut_valid[0][feature, 1:])  # (n, F)
+    F = xs.shape[2]
+    S, K, _ = cuts.shape
+    zero = jnp.zeros((), dtype)
+    lane_cuts = cuts.astype(key_dtype)
+
+    def add(left, x, key):  # left: C x (F, S, K, Q); x: (C, F, Q); key: (F, S)
+        inside = key[:, :, None, None] < lane_cuts[None]
+        return tuple(a + jnp.where(inside, x[c][:, None, None, :], zero)
+                     for c, a in enumerate(left))
+
+    empty = tuple(jnp.zeros((F, S, K, Q), dtype) for _ in range(C))
+
+    def first_pass(carry, step):
+        left, total = carry
+        x, key = step
+        return (add(left, x, key), total + x), None
+
+    (pre_scan, whole), _ = jax.lax.scan(
+        first_pass, (empty, jnp.zeros((C, F, Q), dtype)), (xs, keys))
+    suf_scan = tuple(whole[c][:, None, None, :] - pre_scan[c] for c in range(C))
+    low = jnp.asarray(-jnp.inf, dtype)
+
+    def second_pass(carry, step):
+        left, total, best_pre, best_suf = carry
+        x, key, ok = step
+        left = add(left, x, key)
+        total = total + x
+
+        def scored(bests):
+            right = tuple(total[c][:, None, None, :] - left[c] for c in range(C))
+            at = ok[:, None, None, None]
+            return (jnp.maximum(bests[0], jnp.where(at, _sse_grid_score(left, pre_scan), low)),
+                    jnp.maximum(bests[1], jnp.where(at, _sse_grid_score(right, suf_scan), low)))
+
+        # Tied values leave most positions invalid (a feature of a few hundred values):
+        # their divisions are skipped, not masked.
+        best_pre, best_suf = jax.lax.cond(jnp.any(ok), scored, lambda bests: bests,
+                                          (best_pre, best_suf))
+        return (left, total, best_pre, best_suf), None
+
+    # position 0, the empty left part, is always valid
+    start = (empty, jnp.zeros((C, F, Q), dtype), _sse_grid_score(empty, pre_scan),
+             _sse_grid_score(empty, suf_scan))
+    (_, _, best_pre, best_suf), _ = jax.lax.scan(second_pass, start, (xs, keys, valid))
+    pre_tot = data.root_cum[problem[None, None, :], slot_f0[:, None, None], cuts, -1]  # S K Q
+    suf_tot = data.root_cum[problem[None, None, :], slot_f0[:, None, None], -1, -1] - pre_tot
+    return pre_tot[None] - best_pre, suf_tot[None] - best_suf

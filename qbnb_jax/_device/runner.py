@@ -23,6 +23,7 @@ from qbnb_jax._device.kernels import (
     sweep_gathered,
     sweep_grid,
     sweep_windowed,
+    sweeps_channels_major,
     uses_class_order,
 )
 from qbnb_jax._device.limits import limit_data, sweep_limited
@@ -58,9 +59,15 @@ GRID_MIN_PROBLEMS = 32
 # with `python -m qbnb_jax.bench_batch`): the grid may compute up to this many times the
 # elements the rows ask for, as it does when a problem has few tuples left.
 GRID_ADVANTAGE = 16
+# Regression lanes divide four times per lane-sample, as rows do per cut-sample, and
+# sweep the zero-weight samples rows skip: a far smaller advantage.
+SSE_GRID_ADVANTAGE = 8
 # Bytes of running sums per `sweep_grid` call (a share of a core's L2 cache; measured
 # with `python -m qbnb_jax.bench_batch`).
 GRID_CARRY_BYTES = 1 << 17
+# The same for regression lanes, which chunk their root-feature slots too (measured
+# with `python -m qbnb_jax.bench_batch --source concrete`).
+SSE_GRID_CARRY_BYTES = 1 << 19
 
 _COMPILED: dict[tuple, object] = {}
 _COMPILE_LOCK = threading.Lock()
@@ -394,7 +401,8 @@ class KernelRunner:
         # The width fits the groups' first tuples; a few groups with many tuples would
         # widen every group's lanes, so their later tuples may go to `sweep_full`
         # instead: the width of least estimated cost, rows weighted GRID_ADVANTAGE.
-        row_cost = GRID_ADVANTAGE * pow2_at_least(cuts.shape[1])
+        advantage = SSE_GRID_ADVANTAGE if self.data.loss_kind == "sse" else GRID_ADVANTAGE
+        row_cost = advantage * pow2_at_least(cuts.shape[1])
         rows_of_tuple = np.bincount(tuple_of_row, minlength=len(first_row))
         by_r = np.bincount(r, weights=rows_of_tuple)  # rows of the tuples at each r
         later = np.cumsum(by_r[::-1])[::-1]  # rows of the tuples at r or beyond
@@ -455,7 +463,9 @@ class KernelRunner:
         lane_cuts, slot_f0 = plan.lane_cuts, plan.slot_f0
         _, slots, width, lanes = lane_cuts.shape
         features = self._grid_feature_chunks(plan.feature, slots * width * lanes)
-        args = (data, plan.first[0], slot_f0, features[0], place(lane_cuts[0], 2))
+        step = self._grid_slot_chunk(slots, width * lanes)
+        args = (data, plan.first[0], slot_f0[:step], features[0],
+                place(lane_cuts[0, :step], 2))
         exe = self._executable("grid", sweep_grid, args, {})
         # each row's K cuts (K = 1: one cut, repeated) as flat indices of a block's
         # [feature column, slot, cut, lane] output: one np.take per output (far cheaper
@@ -471,12 +481,17 @@ class KernelRunner:
             stop()
             parts = []
             for chunk in features:
-                args = (plan.first[b], slot_f0, chunk, lane_cuts[b])
-                start = time.perf_counter()
-                out = tuple(np.asarray(a) for a in exe(data, *args[:3],
-                                                       place(lane_cuts[b], 2)))
-                self._account_call(start, args, out)
-                parts.append(out)
+                by_slot = []
+                for s0 in range(0, slots, step):
+                    args = (plan.first[b], slot_f0[s0 : s0 + step], chunk,
+                            lane_cuts[b, s0 : s0 + step])
+                    start = time.perf_counter()
+                    out = tuple(np.asarray(a) for a in exe(data, *args[:3],
+                                                           place(args[3], 2)))
+                    self._account_call(start, args, out)
+                    by_slot.append(out)
+                parts.append(by_slot[0] if len(by_slot) == 1 else tuple(
+                    np.concatenate([o[i] for o in by_slot], axis=1) for i in (0, 1)))
             pre, suf = (np.concatenate([part[i] for part in parts]) if len(parts) > 1
                         else parts[0][i] for i in (0, 1))
             mine = np.nonzero((plan.block == b) & plan.on_grid)[0]
@@ -490,6 +505,17 @@ class KernelRunner:
                           cut_elements=plan.elements)
         return out_pre, out_suf
 
+    def _grid_slot_chunk(self, slots: int, lanes_per_slot: int) -> int:
+        """Root-feature slots per `sweep_grid` call: all of them, but for regression
+        sums the most (a divisor of `slots`) whose running and set sums fit
+        SSE_GRID_CARRY_BYTES (a regression lane carries 3 S + 2 floats: one feature's
+        carry of 8 slots spilled out of a core's L2 and cost 1.5x per lane-sample)."""
+        if self.data.loss_kind != "sse":
+            return slots
+        per_slot = (3 * self.data.grid_scan.shape[2] + 2) * lanes_per_slot * 8
+        fits = max(1, SSE_GRID_CARRY_BYTES // per_slot)
+        return max(d for d in range(1, slots + 1) if slots % d == 0 and d <= fits)
+
     def _grid_feature_chunks(self, feature: np.ndarray, lanes_per_feature: int
                              ) -> list[np.ndarray]:
         """`feature` in chunks of equal length, each one `sweep_grid` call.
@@ -499,6 +525,8 @@ class KernelRunner:
         them, so that they stay in a core's cache. The last chunk repeats its first
         feature."""
         sums = self.data.grid_scan.shape[2] if self.data.grid_scan.ndim == 4 else 5
+        if self.data.loss_kind == "sse":  # running and set sums per channel, two bests
+            sums = 3 * sums + 2
         per_feature = sums * lanes_per_feature * self.data.grid_scan.dtype.itemsize
         size = max(1, min(len(feature), GRID_CARRY_BYTES // per_feature))
         count = -(-len(feature) // size)
@@ -508,7 +536,11 @@ class KernelRunner:
 
     def can_sweep_grid(self) -> bool:
         """Whether this data serves `sweep_grid`: it has `grid_scan`, which is built for
-        two-class counts of one shared layout alone."""
+        integer counts of up to 8 classes and regression sums of one shared layout.
+        Regression lanes form the floats of `_channels_major_full_rows`, so they serve
+        only where `sweep_full` takes it."""
+        if self.data.loss_kind == "sse" and not sweeps_channels_major(self.data):
+            return False
         return self.data.grid_scan.size > 0
 
     def window(self, f0, f, lo, hi, cuts, problem=None):

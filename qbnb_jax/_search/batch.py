@@ -83,9 +83,10 @@ def solve_batch(
     `i` is the tree `solve(X, y, sample_weight=sample_weights[i], ...)` returns: the
     same tree and objective. The problems share one presorted layout (`X` sorted once;
     regression and fractional weights at depth 1 and 2 on a CPU, see docs/design.md,
-    "Batching"); at depth 2 all but two-class counts sweep each problem's positive
-    samples alone, in orders derived from the shared ones. With two classes and 32 or
-    more integer-weighted problems the kernels take the problems as vector lanes; 512
+    "Batching"); at depth 2 the others sweep each problem's positive samples alone,
+    in orders derived from the shared ones, but integer counts of up to 8 classes and
+    regression, in batches of 32 or more problems, where the kernels take the problems
+    as vector lanes of the shared layout; 512
     or more run as two halves on two threads (without a `progress` callback). Neither
     changes any result. The first call sets glibc's malloc thresholds for the process
     (`memory.tune_malloc`; `QBNB_JAX_TUNE_MALLOC=0`: not).
@@ -158,7 +159,10 @@ def _solve_floats(base: Problem, W: np.ndarray, targets: np.ndarray | None, dept
                   options: SearchOptions) -> list[SolveResult]:
     """Problems `base` under each row of float weights `W`, on one shared layout."""
     problems, alone, tables = reweighted_samples(base, W, targets)
-    own = (*positive_layouts(base, W), alone) if depth == 2 else None
+    own = None
+    if depth == 2 and not (REGRESSION_GRID and targets is not None
+                           and len(W) >= GRID_MIN_PROBLEMS):
+        own = (*positive_layouts(base, W), alone)
     return _solve_problems(_Batch([base], problems, [0] * len(problems), tables=tables,
                                   alone=alone, own=own), depth, options)
 
@@ -200,6 +204,11 @@ def _class_grid_serves(base: Problem, count: int) -> bool:
     problems keep it, rather than sweeping rows on their own samples."""
     return (base.n_channels <= GRID_MAX_CLASSES and count >= GRID_MIN_PROBLEMS
             and execution_plan() == "sequential")
+
+
+# Regression batches of at least GRID_MIN_PROBLEMS keep the shared layout, whose full
+# sweeps go to `sweep_grid`'s lanes (`_sse_grid`), rather than each problem's own.
+REGRESSION_GRID = True
 
 
 # Count batches of at least this many problems sweep each on its own samples: the
