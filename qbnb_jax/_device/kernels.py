@@ -223,10 +223,11 @@ class SweepData(eqx.Module):
 def table_bytes(layouts: int, problems: int, p: int, n_pad: int, channels: int) -> int:
     """An upper bound on the bytes of `SweepData`'s arrays: the layouts' orders (three
     int32 and one bool per sample and feature) and each problem's stat tables (at most
-    three of 8-byte channels per sample and feature, and the class order's three
+    four of 8-byte channels per sample and feature: `sorted_scan`, `full_scan`,
+    `root_cum` and the problem-lane copy `grid_scan`; and the class order's three
     4-byte and one bool)."""
     return (layouts * p * (n_pad + 1) * 13
-            + problems * p * (n_pad + 1) * (channels * 8 * 3 + 13))
+            + problems * p * (n_pad + 1) * (channels * 8 * 4 + 13))
 
 
 TABLE_CHUNK = 64  # problems per block of host table work
