@@ -59,12 +59,16 @@ def test_stumps_of_all_shared_equals_one_by_one(n_classes):
     X = np.round(rng.normal(size=(200, 5)), 1)  # many ties
     y = rng.integers(0, n_classes, 200)
     base = make_problem(X, y, task="classification")
-    problems, _ = base.reweighted(rng.integers(0, 3, (37, 200)).astype(float))
+    problems, tables = base.reweighted(rng.integers(0, 3, (37, 200)).astype(float), block=5,
+                                       class_stumps=True)
     losses, positions = stumps_of_all_shared(problems)
     for q, problem in enumerate(problems):
         want_losses, want_positions = stump_losses(problem, np.ones(problem.n, dtype=bool))
         np.testing.assert_array_equal(losses[q], want_losses)
         np.testing.assert_array_equal(positions[q], want_positions)
+    if n_classes > 2:  # and so are the reweighting pass's (`class_stumps`)
+        np.testing.assert_array_equal(tables.stump_loss, losses)
+        np.testing.assert_array_equal(tables.stump_position, positions)
 
 
 @pytest.mark.parametrize("n", [1, 2, 9, 150])

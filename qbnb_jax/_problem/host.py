@@ -9,7 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from qbnb_jax._device.parallel import run_all
-from qbnb_jax._problem.data import Problem, midpoint, two_class_stumps
+from qbnb_jax._problem.data import (
+    Problem,
+    class_count_losses,
+    midpoint,
+    two_class_stumps,
+    valid_argmin,
+)
 from qbnb_jax._problem.tree import LEAF, Tree
 
 
@@ -136,7 +142,7 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
         stats = np.stack([pr.stats for pr in group])  # (B, n, C)
         valid = np.stack([pr.cut_valid for pr in group])
         if stats.dtype.kind != "f" and stats.shape[2] > 2:
-            at, best = _valid_argmin(_count_split_losses(stats, first.perm), valid)
+            at, best = valid_argmin(_count_split_losses(stats, first.perm), valid)
             positions[b0 : b0 + len(group)] = at
             losses[b0 : b0 + len(group)] = best
             continue
@@ -157,45 +163,13 @@ def _count_split_losses(stats: np.ndarray, perm: np.ndarray) -> np.ndarray:
     `(p, n)`: `(B, p, n + 1)`, the same numbers (integers, exact in float64 either way).
     """
     by_class = np.ascontiguousarray(stats.transpose(0, 2, 1), dtype=_sum_dtype(stats))
-    return _class_count_losses(np.take(by_class, perm, axis=2))  # (B, C, p, n)
+    return class_count_losses(np.take(by_class, perm, axis=2))  # (B, C, p, n)
 
 
 def _sum_dtype(stats: np.ndarray):
     """int32 prefix sums where every problem's total fits, else int64 (measured: numpy's
     int16 cumsum is slower than int32's)."""
     return np.int32 if int(stats.sum(axis=(1, 2)).max(initial=0)) < 2**31 else np.int64
-
-
-def _class_count_losses(ordered: np.ndarray) -> np.ndarray:
-    """Stump losses `(B, ..., n + 1)` of integer class counts `ordered` `(B, C, ..., n)`,
-    in sorted order along the last axis: as `split_losses`, the same numbers.
-
-    A stump's loss is `T - max_c left_c - max_c right_c`: integer prefix sums, channels
-    outermost, so that the maxima over classes are element-wise over whole rows (numpy
-    reduces a short last axis slowly) and the sums are half as wide as float64's.
-    """
-    B, C, *rest, n = ordered.shape
-    left = np.zeros((B, C, *rest, n + 1), dtype=ordered.dtype)
-    np.cumsum(ordered, axis=-1, out=left[..., 1:])
-    best = left[:, 0].copy()  # (B, ..., n + 1): largest class count left of each cut
-    best_right = left[:, 0, ..., -1:] - left[:, 0]
-    for c in range(1, C):
-        np.maximum(best, left[:, c], out=best)
-        np.maximum(best_right, left[:, c, ..., -1:] - left[:, c], out=best_right)
-    total = left[:, 0, ..., -1:].copy()  # (B, ..., 1): every order sums all
-    for c in range(1, C):
-        total += left[:, c, ..., -1:]
-    best += best_right
-    np.subtract(total, best, out=best)
-    return best  # integers: `_valid_argmin` takes them without a float copy
-
-
-def _valid_argmin(loss: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Position of the least integer `loss` among the `valid` cuts of the last axis (the
-    first on ties, as an argmin of float losses with inf at invalid cuts; cut 0 is
-    always valid) and that loss as float64."""
-    at = np.argmin(np.where(valid, loss, np.iinfo(loss.dtype).max), axis=-1)
-    return at, np.take_along_axis(loss, at[..., None], axis=-1)[..., 0].astype(np.float64)
 
 
 def best_stump(problem: Problem, mask: np.ndarray, features=None) -> tuple[float, int, int]:
@@ -441,11 +415,11 @@ def depth2_cuts_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: 
         if two_class_counts:  # the same integer arithmetic as the batch's best stumps
             ordered = np.take_along_axis(signed_all * mask, first.perm[f], axis=1)
             return two_class_stumps(ordered[:, None], cut_valid[q, f][:, None], mass)[1][:, 0]
-        if class_counts:  # integer counts of several classes: `_class_count_losses`
+        if class_counts:  # integer counts of several classes: `class_count_losses`
             by_class = np.where(mask[:, None], by_class_all, 0)  # (Q, C, n)
-            loss = _class_count_losses(
+            loss = class_count_losses(
                 np.take_along_axis(by_class, first.perm[f][:, None], axis=2))
-            return _valid_argmin(loss, cut_valid[q, f])[0]
+            return valid_argmin(loss, cut_valid[q, f])[0]
         masked = np.where(mask[..., None], stats, 0)
         if stats.dtype.kind == "f":  # as `stump_losses` sums each set
             total = np.array([set_total(m, w) for m, w in zip(masked, weight)])[:, None]
