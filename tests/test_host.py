@@ -59,12 +59,16 @@ def test_stumps_of_all_shared_equals_one_by_one(n_classes):
     X = np.round(rng.normal(size=(200, 5)), 1)  # many ties
     y = rng.integers(0, n_classes, 200)
     base = make_problem(X, y, task="classification")
-    problems, _ = base.reweighted(rng.integers(0, 3, (37, 200)).astype(float))
+    problems, tables = base.reweighted(rng.integers(0, 3, (37, 200)).astype(float), block=5,
+                                       class_stumps=True)
     losses, positions = stumps_of_all_shared(problems)
     for q, problem in enumerate(problems):
         want_losses, want_positions = stump_losses(problem, np.ones(problem.n, dtype=bool))
         np.testing.assert_array_equal(losses[q], want_losses)
         np.testing.assert_array_equal(positions[q], want_positions)
+    if n_classes > 2:  # and so are the reweighting pass's (`class_stumps`)
+        np.testing.assert_array_equal(tables.stump_loss, losses)
+        np.testing.assert_array_equal(tables.stump_position, positions)
 
 
 @pytest.mark.parametrize("n", [1, 2, 9, 150])
@@ -142,3 +146,30 @@ def test_stump_losses_all_features_at_once_equal_one_by_one(monkeypatch):
             one_by_one = host.stump_losses(problem, mask)
         for got, want in zip(at_once, one_by_one):
             np.testing.assert_array_equal(got, want, err_msg=f"problem {it}")
+
+
+@pytest.mark.parametrize("n_classes", [3, 6])
+def test_depth2_cuts_shared_children_equal_stump_losses(n_classes):
+    """The children's cuts of batched depth-2 trees (integer class counts) are the
+    best stumps `stump_losses` finds on each side of the root, ties included."""
+    from qbnb_jax._problem.host import depth2_cuts_shared
+
+    rng = np.random.default_rng(n_classes)
+    n, p = 120, 4
+    X = np.round(rng.normal(size=(n, p)), 1)  # many ties
+    y = rng.integers(0, n_classes, n)
+    base = make_problem(X, y, task="classification")
+    problems, tables = base.reweighted(rng.integers(0, 3, (29, n)).astype(float))
+    specs = np.stack([rng.integers(0, p, len(problems)), np.zeros(len(problems), int),
+                      rng.integers(0, p, len(problems)), rng.integers(0, p, len(problems))],
+                     axis=1)
+    specs[:, 1] = [rng.integers(1, max(2, pr.n_thresholds[f])) for pr, f
+                   in zip(problems, specs[:, 0])]
+    q = np.arange(len(problems))
+    k0, k1, k2, _ = depth2_cuts_shared(problems, tables.cut_pos, tables.cut_valid, specs, q)
+    for i, pr in enumerate(problems):
+        f0, _, f1, f2 = specs[i]
+        left = pr.rank[f0] < k0[i]
+        _, at1 = stump_losses(pr, left, [f1])
+        _, at2 = stump_losses(pr, ~left, [f2])
+        assert (k1[i], k2[i]) == (at1[0], at2[0])

@@ -34,7 +34,7 @@ class ThresholdTables(NamedTuple):
     slack_left: np.ndarray  # (P, p, n+1)
     n_thresholds: np.ndarray  # (P, p)
     cut_valid: np.ndarray | None = None  # (P, p, n+1)
-    # two-class `reweighted` problems: `host.stump_losses` of all samples, (P, p) each
+    # `reweighted` problems of counts: `host.stump_losses` of all samples, (P, p) each
     stump_loss: np.ndarray | None = None
     stump_position: np.ndarray | None = None
 
@@ -137,8 +137,8 @@ class Problem:
 
     def reweighted(self, weights: np.ndarray, block: int = 16, *,
                    signed_out: np.ndarray | None = None, mass_out: np.ndarray | None = None,
-                   stats: np.ndarray | None = None, slack: np.ndarray | None = None
-                   ) -> tuple[list[Problem], ThresholdTables]:
+                   stats: np.ndarray | None = None, slack: np.ndarray | None = None,
+                   class_stumps: bool = False) -> tuple[list[Problem], ThresholdTables]:
         """The same samples and layout under each row of integer weights `(P, n)`.
 
         Classification with unit weights only (as `make_problem` without weights):
@@ -157,7 +157,9 @@ class Problem:
         `signed_out[q, f, k, 0]`, problem q's signed count (class 1 minus class 0) at
         sorted position k of f; `mass_out[q, f, k, 0]`, its weight before position k
         (the total past n). Both `(>= P, p, >= n (+ 1), 1)`, entries beyond left alone.
-        With `signed_out` the tables also carry each problem's best stumps.
+        With `signed_out` the tables also carry each problem's best stumps, and so they
+        do with `class_stumps` for counts of more classes (as `host.stumps_of_all_shared`
+        finds them, from the class counts in each feature's order formed here on the way).
 
         Float weights (regression, fractional class weights; `reweighted_samples`):
         `stats` `(P, n, C)` and `slack` `(P, n)` give each problem's stat vectors and
@@ -192,7 +194,8 @@ class Problem:
                                   dtype=np.int16 if total < 2**15 else counts_dtype)
             integral = weights.astype(counts_dtype)
         stump_loss = stump_position = None
-        if signed_out is not None:
+        class_stumps = class_stumps and not floats and signed_out is None
+        if signed_out is not None or class_stumps:
             stump_loss = np.empty((P, p))
             stump_position = np.empty((P, p), dtype=np.int64)
         if stats is None:
@@ -200,6 +203,9 @@ class Problem:
                                 casting="unsafe")  # counts below 2**31 (`counts_dtype`)
         if signed_out is not None:  # +1 for class 1, -1 for class 0, in each feature's order
             signed_sorted = (self.stats[:, 1] - self.stats[:, 0])[self.perm]
+        if class_stumps:  # (C, p, n): each sample's unit counts, in each feature's order
+            class_sorted = np.ascontiguousarray(np.moveaxis(self.stats[self.perm], 2, 0),
+                                                dtype=counts_dtype)
 
         def fill(b0: int) -> None:  # problems b0 .. b0 + block - 1
             W = integral[b0 : b0 + block]
@@ -234,6 +240,10 @@ class Problem:
                             casting="unsafe")  # |values| <= the weights' sum: they fit
                 stump_loss[b0 : b0 + B], stump_position[b0 : b0 + B] = two_class_stumps(
                     signed, cut_valid[b0 : b0 + B], cum_weight[:, 0, n])
+            if class_stumps:  # counts (B, C, p, n): the weights times the unit counts
+                ordered = np.multiply(w_sorted[:, None], class_sorted[None], dtype=counts_dtype)
+                stump_position[b0 : b0 + B], stump_loss[b0 : b0 + B] = valid_argmin(
+                    class_count_losses(ordered), cut_valid[b0 : b0 + B])
             if mass_out is not None:
                 mass = mass_out[b0 : b0 + B, :, :, 0]
                 mass[:, :, : n + 1] = cum_weight
@@ -1051,6 +1061,38 @@ def _threshold_tables(cut_valid: np.ndarray, perm: np.ndarray, w: np.ndarray):
     slack_left = np.empty((p, n + 1))
     n_thresholds = _cut_tables(cut_valid[:, 1:n], cum_weight, cut_pos, slack_left)
     return cut_pos, n_thresholds.astype(np.int32), slack_left
+
+
+def class_count_losses(ordered: np.ndarray) -> np.ndarray:
+    """Stump losses `(B, ..., n + 1)` of integer class counts `ordered` `(B, C, ..., n)`,
+    in sorted order along the last axis: as `split_losses`, the same numbers.
+
+    A stump's loss is `T - max_c left_c - max_c right_c`: integer prefix sums, channels
+    outermost, so that the maxima over classes are element-wise over whole rows (numpy
+    reduces a short last axis slowly) and the sums are half as wide as float64's.
+    """
+    B, C, *rest, n = ordered.shape
+    left = np.zeros((B, C, *rest, n + 1), dtype=ordered.dtype)
+    np.cumsum(ordered, axis=-1, out=left[..., 1:])
+    best = left[:, 0].copy()  # (B, ..., n + 1): largest class count left of each cut
+    best_right = left[:, 0, ..., -1:] - left[:, 0]
+    for c in range(1, C):
+        np.maximum(best, left[:, c], out=best)
+        np.maximum(best_right, left[:, c, ..., -1:] - left[:, c], out=best_right)
+    total = left[:, 0, ..., -1:].copy()  # (B, ..., 1): every order sums all
+    for c in range(1, C):
+        total += left[:, c, ..., -1:]
+    best += best_right
+    np.subtract(total, best, out=best)
+    return best  # integers: `valid_argmin` takes them without a float copy
+
+
+def valid_argmin(loss: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Position of the least integer `loss` among the `valid` cuts of the last axis (the
+    first on ties, as an argmin of float losses with inf at invalid cuts; cut 0 is
+    always valid) and that loss as float64."""
+    at = np.argmin(np.where(valid, loss, np.iinfo(loss.dtype).max), axis=-1)
+    return at, np.take_along_axis(loss, at[..., None], axis=-1)[..., 0].astype(np.float64)
 
 
 def two_class_stumps(signed: np.ndarray, valid: np.ndarray, total: np.ndarray

@@ -9,7 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from qbnb_jax._device.parallel import run_all
-from qbnb_jax._problem.data import Problem, midpoint, two_class_stumps
+from qbnb_jax._problem.data import (
+    Problem,
+    class_count_losses,
+    midpoint,
+    two_class_stumps,
+    valid_argmin,
+)
 from qbnb_jax._problem.tree import LEAF, Tree
 
 
@@ -134,16 +140,18 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
     for b0 in range(0, len(problems), block):
         group = problems[b0 : b0 + block]
         stats = np.stack([pr.stats for pr in group])  # (B, n, C)
+        valid = np.stack([pr.cut_valid for pr in group])
         if stats.dtype.kind != "f" and stats.shape[2] > 2:
-            loss = _count_split_losses(stats, first.perm)
+            at, best = valid_argmin(_count_split_losses(stats, first.perm), valid)
+            positions[b0 : b0 + len(group)] = at
+            losses[b0 : b0 + len(group)] = best
+            continue
+        if stats.dtype.kind == "f":  # float sums: each as `stump_losses` forms it
+            total = np.array([set_total(pr.stats, pr.weight) for pr in group])[:, None, None]
         else:
-            if stats.dtype.kind == "f":  # float sums: each as `stump_losses` forms it
-                total = np.array([set_total(pr.stats, pr.weight)
-                                  for pr in group])[:, None, None]
-            else:
-                total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
-            loss = split_losses(stats[:, first.perm], total, first.loss_kind)  # (B, p, n+1)
-        loss = np.where(np.stack([pr.cut_valid for pr in group]), loss, np.inf)
+            total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
+        loss = split_losses(stats[:, first.perm], total, first.loss_kind)  # (B, p, n+1)
+        loss = np.where(valid, loss, np.inf)
         at = np.argmin(loss, axis=2)
         positions[b0 : b0 + len(group)] = at
         losses[b0 : b0 + len(group)] = np.take_along_axis(loss, at[..., None], axis=2)[..., 0]
@@ -153,24 +161,15 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
 def _count_split_losses(stats: np.ndarray, perm: np.ndarray) -> np.ndarray:
     """`split_losses` of integer class counts `(B, n, C)` in each feature's order `perm`
     `(p, n)`: `(B, p, n + 1)`, the same numbers (integers, exact in float64 either way).
-
-    A stump's loss is `T - max_c left_c - max_c right_c`: integer prefix sums, channels
-    outermost, so that the maxima over classes are element-wise over whole rows (numpy
-    reduces a short last axis slowly) and the sums are half as wide as float64's.
     """
-    B, n, C = stats.shape
-    p = perm.shape[0]
-    dtype = np.int32 if int(stats.sum(axis=(1, 2)).max(initial=0)) < 2**31 else np.int64
-    by_class = np.ascontiguousarray(stats.transpose(0, 2, 1), dtype=dtype)  # (B, C, n)
-    left = np.zeros((B, C, p, n + 1), dtype=dtype)
-    np.cumsum(np.take(by_class, perm, axis=2), axis=3, out=left[..., 1:])
-    best = left[:, 0].copy()  # (B, p, n + 1): largest class count left of each cut
-    best_right = left[:, 0, :, -1:] - left[:, 0]
-    for c in range(1, C):
-        np.maximum(best, left[:, c], out=best)
-        np.maximum(best_right, left[:, c, :, -1:] - left[:, c], out=best_right)
-    total = left[:, :, :, -1:].sum(axis=1)  # (B, p, 1): every feature's order sums all
-    return (total - best - best_right).astype(np.float64)
+    by_class = np.ascontiguousarray(stats.transpose(0, 2, 1), dtype=_sum_dtype(stats))
+    return class_count_losses(np.take(by_class, perm, axis=2))  # (B, C, p, n)
+
+
+def _sum_dtype(stats: np.ndarray):
+    """int32 prefix sums where every problem's total fits, else int64 (measured: numpy's
+    int16 cumsum is slower than int32's)."""
+    return np.int32 if int(stats.sum(axis=(1, 2)).max(initial=0)) < 2**31 else np.int64
 
 
 def best_stump(problem: Problem, mask: np.ndarray, features=None) -> tuple[float, int, int]:
@@ -408,11 +407,19 @@ def depth2_cuts_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: 
     if two_class_counts:
         signed_all = stats[..., 1] - stats[..., 0]
         mass = weight.sum(axis=1)  # bounds each side's weight
+    class_counts = stats.shape[2] > 2 and stats.dtype.kind != "f"
+    if class_counts:
+        by_class_all = np.ascontiguousarray(stats.transpose(0, 2, 1), dtype=_sum_dtype(stats))
 
     def best_position(mask: np.ndarray, f: np.ndarray) -> np.ndarray:
         if two_class_counts:  # the same integer arithmetic as the batch's best stumps
             ordered = np.take_along_axis(signed_all * mask, first.perm[f], axis=1)
             return two_class_stumps(ordered[:, None], cut_valid[q, f][:, None], mass)[1][:, 0]
+        if class_counts:  # integer counts of several classes: `class_count_losses`
+            by_class = np.where(mask[:, None], by_class_all, 0)  # (Q, C, n)
+            loss = class_count_losses(
+                np.take_along_axis(by_class, first.perm[f][:, None], axis=2))
+            return valid_argmin(loss, cut_valid[q, f])[0]
         masked = np.where(mask[..., None], stats, 0)
         if stats.dtype.kind == "f":  # as `stump_losses` sums each set
             total = np.array([set_total(m, w) for m, w in zip(masked, weight)])[:, None]

@@ -186,7 +186,8 @@ def _solve_stacked(base: Problem, W: np.ndarray, depth: int, options: SearchOpti
         stat_tables = SweepData.shared_stat_buffers(base, W)
     problems, tables = base.reweighted(
         W, signed_out=None if stat_tables is None else stat_tables["sorted_scan"],
-        mass_out=None if stat_tables is None else stat_tables["root_cum"])
+        mass_out=None if stat_tables is None else stat_tables["root_cum"],
+        class_stumps=depth == 2 and base.n_channels > 2)
     own = None
     if (stat_tables is None and depth == 2 and len(W) >= OWN_LAYOUTS_FROM
             and not _class_grid_serves(base, len(W))):
