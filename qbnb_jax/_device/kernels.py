@@ -741,16 +741,21 @@ def sweeps_channels_major(data: SweepData) -> bool:
             and data.length < BLOCKED_FROM)
 
 
+def _explained(part) -> Array:
+    """`|S1|^2 / S0` of channels-first regression sums `part` (an array or a tuple of
+    channels), the targets summed in a fixed order: the lane sweeps (`_sse_grid`) form
+    the same floats as the row sweeps through this one function."""
+    s0 = part[0]
+    squares = part[1] ** 2
+    for c in range(2, len(part)):
+        squares = squares + part[c] ** 2
+    return jnp.where(s0 > 0, squares / jnp.where(s0 > 0, s0, 1), 0)
+
+
 def _channels_major_score(data: SweepData, left: Array, total: Array) -> Array:
     """`_score` with the channels first: `left`, `total` `(S, ...)`."""
     if data.loss_kind == "sse":
-        def explained(part):  # |S1|^2 / S0, the targets summed in a fixed order
-            s0 = part[0]
-            squares = part[1] ** 2
-            for c in range(2, part.shape[0]):
-                squares = squares + part[c] ** 2
-            return jnp.where(s0 > 0, squares / jnp.where(s0 > 0, s0, 1), 0)
-        return explained(left) + explained(total - left)
+        return _explained(left) + _explained(total - left)
     return jnp.max(left, axis=0) + jnp.max(total - left, axis=0)
 
 
@@ -892,6 +897,23 @@ def _grid_step(cuts, carry, step):
     return (total, left, top_l, bottom_l, top_r, bottom_r), None
 
 
+def _grid_inputs(data: SweepData, first: Array, slot_f0: Array, feature: Array, Q: int):
+    """What every `sweep_grid` kind reads: the lanes' scanned channels in each feature's
+    order, `(n, F, Q)` for two-class counts or `(n, C, F, Q)` with C channels; the root
+    positions `(n, F, S)`; the valid positions `(n, F)`; the problem of each lane (those
+    past the padded count exist only in `grid_scan`'s lanes: none is read); and the
+    positions' dtype."""
+    key_dtype = jnp.int16 if data.length < 2**15 else jnp.int32
+    # A slice of the problem-minor table, its rows swapped: transposing
+    # `sorted_scan[problems]` here cost a fifth of the sweep (4 ns a sample).
+    table = jax.lax.dynamic_slice_in_dim(data.grid_scan, first, Q, axis=-1)[feature]
+    xs = jnp.transpose(table, (1, 0, 2) if table.ndim == 3 else (1, 2, 0, 3))
+    problem = jnp.minimum(first + jnp.arange(Q), data.root_cum.shape[0] - 1)
+    keys = jnp.transpose(data.rank[0][slot_f0][:, data.perm[0][feature]], (2, 1, 0))
+    valid = jnp.transpose(data.cut_valid[0][feature, 1:])
+    return xs, keys.astype(key_dtype), valid, problem, key_dtype
+
+
 @jax.jit
 def sweep_grid(
     data: SweepData, first: Int[Array, ""], slot_f0: Int[Array, " S"],
@@ -914,18 +936,8 @@ def sweep_grid(
     if not data.binary:
         return _class_grid(data, first, slot_f0, feature, cuts)
     dtype = data.sorted_scan.dtype
-    n = data.length
-    key_dtype = jnp.int16 if n < 2**15 else jnp.int32
     Q = cuts.shape[2]
-    # A slice of the problem-minor table, its rows swapped: transposing
-    # `sorted_scan[problems]` here cost a fifth of the sweep (4 ns a sample).
-    xs = jnp.transpose(jax.lax.dynamic_slice_in_dim(data.grid_scan, first, Q, axis=2)[feature],
-                       (1, 0, 2))  # (n, F, Q)
-    # problems past the padded count exist only in `grid_scan`'s lanes: none is read
-    problem = jnp.minimum(first + jnp.arange(Q), data.root_cum.shape[0] - 1)
-    keys = jnp.transpose(data.rank[0][slot_f0][:, data.perm[0][feature]], (2, 1, 0))
-    keys = keys.astype(key_dtype)  # (n, F, S)
-    valid = jnp.transpose(data.cut_valid[0][feature, 1:])  # (n, F)
+    xs, keys, valid, problem, key_dtype = _grid_inputs(data, first, slot_f0, feature, Q)
     F = xs.shape[1]
     S, K, _ = cuts.shape
     lanes = jnp.zeros((F, S, K, Q), dtype)
@@ -987,16 +999,9 @@ def _class_grid(
     scan from `full_scan`, the cumulative class counts in f0's order, at the cuts.
     """
     dtype = data.sorted_scan.dtype
-    n = data.length
-    key_dtype = jnp.int16 if n < 2**15 else jnp.int32
     Q = cuts.shape[2]
     C = data.grid_scan.shape[2]
-    xs = jax.lax.dynamic_slice_in_dim(data.grid_scan, first, Q, axis=3)[feature]  # (F,n,C,Q)
-    xs = jnp.transpose(xs, (1, 2, 0, 3))  # (n, C, F, Q)
-    problem = jnp.minimum(first + jnp.arange(Q), data.root_cum.shape[0] - 1)
-    keys = jnp.transpose(data.rank[0][slot_f0][:, data.perm[0][feature]], (2, 1, 0))
-    keys = keys.astype(key_dtype)  # (n, F, S)
-    valid = jnp.transpose(data.cut_valid[0][feature, 1:])  # (n, F)
+    xs, keys, valid, problem, key_dtype = _grid_inputs(data, first, slot_f0, feature, Q)
     F = xs.shape[2]
     S, K, _ = cuts.shape
     classes = data.full_scan[problem[None, None, :], slot_f0[:, None, None], cuts]  # S K Q C
@@ -1030,17 +1035,9 @@ def _class_grid(
 # then the same floats, bit for bit.
 
 
-def _sse_grid_explained(part: tuple) -> Array:
-    s0 = part[0]
-    squares = part[1] ** 2
-    for c in range(2, len(part)):
-        squares = squares + part[c] ** 2
-    return jnp.where(s0 > 0, squares / jnp.where(s0 > 0, s0, 1), 0)
-
-
 def _sse_grid_score(left: tuple, total: tuple) -> Array:
     rest = tuple(t - a for t, a in zip(total, left))
-    return _sse_grid_explained(left) + _sse_grid_explained(rest)
+    return _explained(left) + _explained(rest)
 
 
 def _sse_grid(
@@ -1048,16 +1045,9 @@ def _sse_grid(
 ) -> tuple[Array, Array]:
     """`sweep_grid` for regression sums (`grid_scan` `(p, n, S, G)`, floats)."""
     dtype = data.grid_scan.dtype
-    n = data.length
-    key_dtype = jnp.int16 if n < 2**15 else jnp.int32
     Q = cuts.shape[2]
     C = data.grid_scan.shape[2]
-    xs = jax.lax.dynamic_slice_in_dim(data.grid_scan, first, Q, axis=3)[feature]  # (F,n,C,Q)
-    xs = jnp.transpose(xs, (1, 2, 0, 3))  # (n, C, F, Q)
-    problem = jnp.minimum(first + jnp.arange(Q), data.root_cum.shape[0] - 1)
-    keys = jnp.transpose(data.rank[0][slot_f0][:, data.perm[0][feature]], (2, 1, 0))
-    keys = keys.astype(key_dtype)  # (n, F, S)
-    valid = jnp.transpose(data.cut_valid[0][feature, 1:])  # (n, F)
+    xs, keys, valid, problem, key_dtype = _grid_inputs(data, first, slot_f0, feature, Q)
     F = xs.shape[2]
     S, K, _ = cuts.shape
     zero = jnp.zeros((), dtype)

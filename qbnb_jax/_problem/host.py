@@ -256,6 +256,20 @@ def build_tree(problem: Problem, splits) -> Tree:
     return fill_values(tree, problem)
 
 
+def _node_values(problem: Problem, member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Value and weight of every node from its samples, `member` `(nodes, n)` (float64)."""
+    as_float = member.astype(np.float64)
+    w = problem.weight
+    weights = as_float @ w
+    if problem.task == "classification":
+        onehot = np.zeros((problem.n, len(problem.classes)))
+        onehot[np.arange(problem.n), problem.y] = 1.0
+        return as_float @ (onehot * w[:, None]), weights
+    sums = as_float @ (problem.y * w[:, None])
+    value = sums / np.where(weights > 0, weights, 1.0)[:, None] + problem.y_offset[None]
+    return value, weights
+
+
 def fill_values(tree: Tree, problem: Problem) -> Tree:
     """Recompute every node's value and weight from the training data (float64)."""
     n_nodes = tree.n_nodes
@@ -270,15 +284,7 @@ def fill_values(tree: Tree, problem: Problem) -> Tree:
     member[leaf_of, np.arange(problem.n)] = True
     for node in range(n_nodes - 1, 0, -1):  # preorder: children after parents
         member[parent[node]] |= member[node]
-    w = problem.weight
-    weights = member.astype(np.float64) @ w
-    if problem.task == "classification":
-        onehot = np.zeros((problem.n, len(problem.classes)))
-        onehot[np.arange(problem.n), problem.y] = 1.0
-        value = member.astype(np.float64) @ (onehot * w[:, None])
-    else:
-        sums = member.astype(np.float64) @ (problem.y * w[:, None])
-        value = sums / np.where(weights > 0, weights, 1.0)[:, None] + problem.y_offset[None]
+    value, weights = _node_values(problem, member)
     return Tree(
         children_left=tree.children_left,
         children_right=tree.children_right,
@@ -292,18 +298,7 @@ def fill_values(tree: Tree, problem: Problem) -> Tree:
 
 def tree_objective(tree: Tree, problem: Problem) -> float:
     """Weighted training loss of `tree`, recomputed exactly (float64, two-pass means)."""
-    leaf_of = tree.apply(problem.X)
-    w = problem.weight
-    if problem.task == "classification":
-        predicted = np.argmax(tree.value[leaf_of], axis=1)
-        return float(np.sum(w * (predicted != problem.y)))
-    total = 0.0
-    for leaf in np.unique(leaf_of):
-        rows = leaf_of == leaf
-        wl, yl = w[rows], problem.y[rows]
-        mean = (wl[:, None] * yl).sum(axis=0) / wl.sum()
-        total += float(np.sum(wl[:, None] * (yl - mean) ** 2))
-    return total
+    return _objective_of_leaves(problem, tree, tree.apply(problem.X))
 
 
 # A full depth-2 tree in preorder: root, left child, its leaves, right child, its leaves.
@@ -345,16 +340,7 @@ def depth2_trees_alone(problems: list[Problem], splits: list) -> list[tuple[Tree
         member[1] = member[2] | member[3]
         member[4] = member[5] | member[6]
         member[0] = True
-        as_float = member.astype(np.float64)
-        w = problem.weight
-        weights = as_float @ w
-        if problem.task == "classification":
-            onehot = np.zeros((problem.n, len(problem.classes)))
-            onehot[np.arange(problem.n), problem.y] = 1.0
-            value = as_float @ (onehot * w[:, None])
-        else:
-            sums = as_float @ (problem.y * w[:, None])
-            value = sums / np.where(weights > 0, weights, 1.0)[:, None] + problem.y_offset[None]
+        value, weights = _node_values(problem, member)
         tree = Tree(children_left=_FULL_LEFT.copy(), children_right=_FULL_RIGHT.copy(),
                     feature=np.array([f0, f1, LEAF, LEAF, f2, LEAF, LEAF], dtype=np.int32),
                     threshold=np.array([t0, t1, np.nan, np.nan, t2, np.nan, np.nan]),
