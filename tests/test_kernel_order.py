@@ -152,6 +152,34 @@ def test_channels_major_sweep_equals_the_row_sweep(kind):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.parametrize("classes, weight, K", [(3, 1, 1), (5, 1, 4), (12, 1, 4),
+                                                (5, 300, 32)])
+def test_class_lane_sweep_equals_the_row_sweep(classes, weight, K):
+    """The rows-in-lanes sweep of class counts (`_class_lane_rows`, int16 counts, or
+    int32 ones under integer weights summing past 2**15) gives the per-row sweep's
+    integers; it is what `sweep_full` takes for them on the sequential plan."""
+    n = 150
+    rng = np.random.default_rng(classes + K)
+    X = np.round(rng.normal(size=(n, 4)), 1)
+    X[:, 0] = np.arange(n)
+    runs = np.repeat(np.arange(n), rng.integers(1, 4, n))[:n]
+    w = rng.integers(1, 3, n) * weight
+    problem = make_problem(X, runs % classes, task="classification", sample_weight=w)
+    f0, f, _, _, cuts = random_rows(rng, problem, 70, K)  # a second call's worth of rows
+    cuts = np.clip(cuts, 0, n)
+    cuts[0] = np.linspace(0, n, K).astype(np.int32)  # the empty and the whole set
+    rows = np.zeros_like(f0)
+    with jax.enable_x64(True):
+        data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
+        assert _kernels.sweeps_class_lanes(data)
+        assert data.sorted_scan.dtype == (np.int16 if weight == 1 else np.int32)
+        per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))
+        want = per_row(rows, f0, f, cuts)
+        got = sweep_full(data, rows, f0, f, cuts)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_window_sweeps_equal_reference(kind):
     problem = ordered_problem(3, 120, 3, kind)

@@ -691,6 +691,8 @@ def sweep_full(
     """
     if uses_class_order(data):
         return _class_order_rows(data, problem, f0, f, jnp.zeros_like(f0), None, cuts)
+    if sweeps_class_lanes(data):
+        return _class_lane_rows(data, problem, f0, f, cuts)
     if sweeps_channels_major(data):
         return _channels_major_full_rows(data, problem, f0, f, cuts)
     return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
@@ -735,9 +737,18 @@ CHANNELS_MAJOR_FROM_CLASSES = 8
 
 def sweeps_channels_major(data: SweepData) -> bool:
     """Whether `sweep_full` takes `_channels_major_full_rows`: regression sums or many
-    classes, on the sequential plan, below the blocked sweeps' length."""
+    classes of float weights, on the sequential plan, below the blocked sweeps' length."""
     many = data.loss_kind == "sse" or data.n_classes >= CHANNELS_MAJOR_FROM_CLASSES
     return (many and data.plan == "sequential" and not data.binary and not data.field_bits
+            and data.length < BLOCKED_FROM and not sweeps_class_lanes(data))
+
+
+def sweeps_class_lanes(data: SweepData) -> bool:
+    """Whether `sweep_full` takes `_class_lane_rows`: integer counts of three or more
+    classes on the sequential plan, unless they take the class-ordered or the blocked
+    sweeps."""
+    return (data.loss_kind == "count" and not data.binary and data.plan == "sequential"
+            and not data.field_bits and not uses_class_order(data)
             and data.length < BLOCKED_FROM)
 
 
@@ -817,6 +828,78 @@ def _channels_major_full_rows(
     pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, C)
     suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
+
+
+# Rows per `_class_lane_rows` call: its steps are element-wise over (row) lanes of int16
+# or int32 counts, which XLA's CPU backend vectorises only with enough of them (at 16
+# or 32 rows a step ran at scalar speed, 3x slower a cut-element than at 64; measured
+# on page, segment, bean and fault); more rows stream more of the transposed inputs
+# through the caches (128 rows were slower on bean).
+CLASS_LANE_ROWS = 64
+
+
+def _class_lane_rows(
+    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array
+) -> tuple[Array, Array]:
+    """`sweep_full` for integer class counts: all rows in one scan, rows in the lanes.
+
+    One step per position of the rows' feature orders adds each sample's class counts
+    to the running left counts of the cuts its root position lies below and scores
+    `max_c left_c + max_c (T_c - left_c)` for the prefix set (T: its class totals) and
+    likewise for the suffix set, whose samples so far are the running total of f's
+    order minus the left counts; each (row, cut) keeps its best score so far. The carry
+    is `(class, cut, row)`: rows innermost, so every operation of a step is
+    element-wise over whole vectors of rows (with rows or classes innermost, XLA's CPU
+    code for these steps ran at scalar speed), and the maxima over classes are
+    element-wise over `(cut, row)` slabs. The class totals of each prefix set are
+    `full_scan` (cumulative class counts in f0's order) at the cut. Integer sums and
+    maxima: the scores are `_full_row`'s integers in any order.
+    """
+    lay = data.layout_of[problem]  # (R,)
+    key_dtype = jnp.int16 if data.length < 2**15 else jnp.int32
+    key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
+    values = data.sorted_scan[problem, f]  # (R, n, C)
+    valid = data.cut_valid[lay, f, 1:]  # (R, n)
+    dtype = values.dtype
+    C = values.shape[-1]
+    xs = (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key).astype(key_dtype),
+          jnp.transpose(valid))
+    lane_cuts = jnp.transpose(cuts).astype(key_dtype)  # (K, R)
+    classes = data.full_scan[problem[:, None], f0[:, None], cuts].astype(dtype)  # (R, K, C)
+    pre_scan = jnp.transpose(classes, (2, 1, 0))  # (C, K, R)
+    whole = data.full_scan[problem, f0, -1].astype(dtype)  # (R, C)
+    suf_scan = jnp.transpose(whole)[:, None, :] - pre_scan
+    zero = jnp.zeros((), dtype)
+    low = jnp.asarray(jnp.iinfo(dtype).min, dtype)
+
+    def class_max(counts):  # (C, K, R) -> (K, R), element-wise over the slabs
+        top = counts[0]
+        for c in range(1, C):
+            top = jnp.maximum(top, counts[c])
+        return top
+
+    def score(left, total):
+        return class_max(left) + class_max(total - left)
+
+    def step(carry, sample):
+        left, seen, best_pre, best_suf = carry  # (C, K, R), (C, R), (K, R), (K, R)
+        value, k, ok = sample  # (C, R), (R,), (R,)
+        left = left + jnp.where((k[None, :] < lane_cuts)[None], value[:, None, :], zero)
+        seen = seen + value
+        right = seen[:, None, :] - left  # the suffix set's samples up to this position
+        best_pre = jnp.maximum(best_pre, jnp.where(ok[None, :], score(left, pre_scan), low))
+        best_suf = jnp.maximum(best_suf, jnp.where(ok[None, :], score(right, suf_scan), low))
+        return (left, seen, best_pre, best_suf), None
+
+    # position 0, the empty left part, is always valid
+    empty = jnp.zeros_like(pre_scan)
+    start = (empty, jnp.zeros((C, cuts.shape[0]), dtype), score(empty, pre_scan),
+             score(empty, suf_scan))
+    (_, _, prefix, suffix), _ = jax.lax.scan(step, start, xs)
+    pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, 1)
+    suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot
+    return (_loss_from_score(data, pre_tot, jnp.transpose(prefix)),
+            _loss_from_score(data, suf_tot, jnp.transpose(suffix)))
 
 
 @jax.jit
