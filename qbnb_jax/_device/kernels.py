@@ -396,7 +396,7 @@ def class_lane_codes(stats: list[np.ndarray], rank: np.ndarray, layout_of: np.nd
     `(n, C)`, every entry 0 or 1) laid out by `rank[layout_of[i]]` `(L, p, n_pad)`."""
     _, p, n_pad = rank.shape
     none = (1 << CLASS_CODE_BITS) - 1
-    codes = np.zeros((bucket, p, n_pad), np.int32)
+    codes = aligned_zeros((bucket, p, n_pad), np.int32)  # used in place by device_put
     for i, one in enumerate(stats):
         label = np.full(n_pad, none, np.int32)
         label[: len(one)] = np.where(one.any(axis=1), one.argmax(axis=1), none)
