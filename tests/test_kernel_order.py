@@ -152,14 +152,15 @@ def test_channels_major_sweep_equals_the_row_sweep(kind):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.parametrize("classes, weight, K", [(3, 0, 1), (5, 0, 4), (12, 0, 4),
-                                                (5, 1, 4), (7, 1, 1), (5, 300, 32)])
-def test_class_lane_sweep_equals_the_row_sweep(classes, weight, K):
+@pytest.mark.parametrize("classes, weight, K, n", [
+    (3, 0, 1, 150), (5, 0, 4, 150), (12, 0, 4, 150), (5, 0, 2, 2**15 + 10),
+    (5, 1, 4, 150), (7, 1, 1, 150), (5, 300, 32, 150)])
+def test_class_lane_sweep_equals_the_row_sweep(classes, weight, K, n):
     """The rows-in-lanes sweep of class counts (`_class_lane_rows`) gives the per-row
     sweep's integers: counts of 0 or 1 read from `root_code` (weight 0), or every class
-    count read, int16 or (integer weights summing past 2**15) int32. It is what
-    `sweep_full` takes for them on the sequential plan."""
-    n = 150
+    count read, int16 or (integer weights summing past 2**15) int32; root positions
+    compared as int16, or int32 past 2**15 samples. It is what `sweep_full` takes for
+    them on the sequential plan."""
     rng = np.random.default_rng(classes + K)
     X = np.round(rng.normal(size=(n, 4)), 1)
     X[:, 0] = np.arange(n)
@@ -174,7 +175,7 @@ def test_class_lane_sweep_equals_the_row_sweep(classes, weight, K):
         data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
         assert _kernels.sweeps_class_lanes(data)
         assert (data.root_code.size > 0) == (not weight)
-        assert data.sorted_scan.dtype == (np.int32 if weight > 1 else np.int16)
+        assert data.sorted_scan.dtype == (np.int32 if weight > 1 or n > 2**15 else np.int16)
         per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))
         want = per_row(rows, f0, f, cuts)
         got = sweep_full(data, rows, f0, f, cuts)

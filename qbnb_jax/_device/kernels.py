@@ -890,19 +890,19 @@ def _class_lane_rows(
     dtype = data.sorted_scan.dtype
     C = data.n_classes
     valid = jnp.transpose(data.cut_valid[lay, f, 1:])  # (n, R)
+    # root positions compared as int16 where they fit: twice the lanes of int32
+    key_dtype = jnp.int16 if data.length < 2**15 else jnp.int32
     if data.root_code.size:  # counts of 0 or 1: root position and class in one read
         codes = data.root_code[problem[:, None], f0[:, None], data.perm[lay, f]]  # (R, n)
         xs = (jnp.transpose(codes), valid)
-        key_dtype = jnp.int32
         label = jnp.arange(C, dtype=jnp.int32)[:, None]
         class_bits = (1 << CLASS_CODE_BITS) - 1
 
         def sample_of(x):
             code, ok = x
             counts = ((code & class_bits)[None, :] == label).astype(dtype)  # (C, R)
-            return counts, code >> CLASS_CODE_BITS, ok
+            return counts, (code >> CLASS_CODE_BITS).astype(key_dtype), ok
     else:  # every class count of every position, transposed
-        key_dtype = jnp.int16 if data.length < 2**15 else jnp.int32
         key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
         xs = (jnp.transpose(data.sorted_scan[problem, f], (1, 2, 0)),
               jnp.transpose(key).astype(key_dtype), valid)
