@@ -148,6 +148,32 @@ def test_stump_losses_all_features_at_once_equal_one_by_one(monkeypatch):
             np.testing.assert_array_equal(got, want, err_msg=f"problem {it}")
 
 
+@pytest.mark.parametrize("block", [1, 1 << 20])
+def test_class_count_stumps_equal_the_float_losses(monkeypatch, block):
+    """Integer counts of several classes take integer prefix sums in blocks of features
+    (`COUNT_STUMPS_AT_ONCE`): the losses and first minima of the float sums."""
+    from qbnb_jax._problem import host
+
+    monkeypatch.setattr(host, "COUNT_STUMPS_AT_ONCE", block)
+    rng = np.random.default_rng(1)
+    for it in range(30):
+        n, p = int(rng.integers(1, 300)), int(rng.integers(1, 6))
+        X = rng.integers(0, 6, size=(n, p)).astype(float)  # ties
+        y = rng.integers(0, 3 + it % 4, n)
+        w = rng.integers(1, 4, n) if it % 3 == 1 else None
+        problem = make_problem(X, y, task="classification", sample_weight=w)
+        if problem.n_channels < 3:
+            continue
+        mask = rng.random(problem.n) < 0.6
+        losses, positions = host.stump_losses(problem, mask)
+        stats = np.where(mask[:, None], problem.stats, 0)
+        for f in range(problem.p):
+            loss = host.split_losses(stats[problem.perm[f]], float(stats.sum()), "count")
+            loss = np.where(problem.cut_valid[f], loss, np.inf)
+            assert positions[f] == np.argmin(loss), (it, f)
+            assert losses[f] == loss.min(), (it, f)
+
+
 @pytest.mark.parametrize("n_classes", [3, 6])
 def test_depth2_cuts_shared_children_equal_stump_losses(n_classes):
     """The children's cuts of batched depth-2 trees (integer class counts) are the

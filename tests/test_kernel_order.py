@@ -152,6 +152,37 @@ def test_channels_major_sweep_equals_the_row_sweep(kind):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.parametrize("classes, weight, K, n", [
+    (3, 0, 1, 150), (5, 0, 4, 150), (12, 0, 4, 150), (5, 0, 2, 2**15 + 10),
+    (5, 1, 4, 150), (7, 1, 1, 150), (5, 300, 32, 150)])
+def test_class_lane_sweep_equals_the_row_sweep(classes, weight, K, n):
+    """The rows-in-lanes sweep of class counts (`_class_lane_rows`) gives the per-row
+    sweep's integers: counts of 0 or 1 read from `root_code` (weight 0), or every class
+    count read, int16 or (integer weights summing past 2**15) int32; root positions
+    compared as int16, or int32 past 2**15 samples. It is what `sweep_full` takes for
+    them on the sequential plan."""
+    rng = np.random.default_rng(classes + K)
+    X = np.round(rng.normal(size=(n, 4)), 1)
+    X[:, 0] = np.arange(n)
+    runs = np.repeat(np.arange(n), rng.integers(1, 4, n))[:n]
+    w = rng.integers(1, 3, n) * weight if weight else None
+    problem = make_problem(X, runs % classes, task="classification", sample_weight=w)
+    f0, f, _, _, cuts = random_rows(rng, problem, 70, K)  # a second call's worth of rows
+    cuts = np.clip(cuts, 0, n)
+    cuts[0] = np.linspace(0, n, K).astype(np.int32)  # the empty and the whole set
+    rows = np.zeros_like(f0)
+    with jax.enable_x64(True):
+        data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
+        assert _kernels.sweeps_class_lanes(data)
+        assert (data.root_code.size > 0) == (not weight)
+        assert data.sorted_scan.dtype == (np.int32 if weight > 1 or n > 2**15 else np.int16)
+        per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))
+        want = per_row(rows, f0, f, cuts)
+        got = sweep_full(data, rows, f0, f, cuts)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_window_sweeps_equal_reference(kind):
     problem = ordered_problem(3, 120, 3, kind)

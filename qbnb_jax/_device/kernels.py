@@ -77,6 +77,10 @@ class SweepData(eqx.Module):
       feature's order re-sorted stably by class, for the class-ordered sweeps of
       integer counts of three or more classes (`classwise.class_tables`); empty
       `(0, 0, 0)` where those sweeps are not used (`uses_class_order`).
+    - `root_code`: `(P, p, n)` int32, `rank` of the problem's layout times 32 plus the
+      sample's class (31 for no weight): one read gives `_class_lane_rows` a sample's
+      root position and its counts, for integer counts of 0 or 1 of fewer than
+      `CLASS_ORDER_FROM` classes; empty `(0, 0, 0)` otherwise (`class_lane_codes`).
     """
 
     cut_valid: Bool[Array, "L p n1"]
@@ -93,6 +97,7 @@ class SweepData(eqx.Module):
     class_weight: Shaped[Array, "P p n"]
     class_start: Bool[Array, "P p n"]
     class_place: Int[Array, "P p n"]
+    root_code: Int[Array, "P p n"]
     loss_kind: LossKind = eqx.field(static=True)
     binary: bool = eqx.field(static=True)
     field_bits: int = eqx.field(static=True, default=0)  # > 0: class counts bit-packed
@@ -201,6 +206,12 @@ class SweepData(eqx.Module):
             empty = np.zeros((0, 0, 0), np.int32)
             tables.update(class_sample=empty, class_weight=empty.astype(scan_dtype),
                           class_start=empty.astype(bool), class_place=empty)
+        lane_codes = (first.loss_kind == "count" and not binary and not field_bits
+                      and not class_order and plan == "sequential" and n_pad < BLOCKED_FROM
+                      and all(pr.stats.max(initial=0) <= 1 for pr in problems))
+        tables["root_code"] = (class_lane_codes([pr.stats for pr in problems], rank, layout_of,
+                                                bucket)
+                               if lane_codes else np.zeros((0, 0, 0), np.int32))
         # One transfer for all arrays: each separate device_put costs ~0.2 ms.
         arrays = jax.device_put(dict(cut_valid=cut_valid,
                                      perm=perm, rank=rank, value_rank=value_rank,
@@ -225,7 +236,7 @@ def table_bytes(layouts: int, problems: int, p: int, n_pad: int, channels: int) 
     int32 and one bool per sample and feature) and each problem's stat tables (at most
     four of 8-byte channels per sample and feature: `sorted_scan`, `full_scan`,
     `root_cum` and the problem-lane copy `grid_scan`; and the class order's three
-    4-byte and one bool)."""
+    4-byte and one bool, or else at most `root_code`'s 4 bytes)."""
     return (layouts * p * (n_pad + 1) * 13
             + problems * p * (n_pad + 1) * (channels * 8 * 4 + 13))
 
@@ -374,6 +385,23 @@ def count_dtype(total: int, wider=np.int32):
     """int16 for integer counts whose sums stay below 2**15 (exact, and half the memory
     traffic of the scans), else `wider`."""
     return np.int16 if total < 2**15 else wider
+
+
+CLASS_CODE_BITS = 5  # `root_code`: the class in the low bits; 31 marks no weight
+
+
+def class_lane_codes(stats: list[np.ndarray], rank: np.ndarray, layout_of: np.ndarray,
+                     bucket: int) -> np.ndarray:
+    """`SweepData.root_code` `(bucket, p, n_pad)` of class counts `stats` (each
+    `(n, C)`, every entry 0 or 1) laid out by `rank[layout_of[i]]` `(L, p, n_pad)`."""
+    _, p, n_pad = rank.shape
+    none = (1 << CLASS_CODE_BITS) - 1
+    codes = aligned_zeros((bucket, p, n_pad), np.int32)  # used in place by device_put
+    for i, one in enumerate(stats):
+        label = np.full(n_pad, none, np.int32)
+        label[: len(one)] = np.where(one.any(axis=1), one.argmax(axis=1), none)
+        codes[i] = (rank[layout_of[i]] << CLASS_CODE_BITS) | label[None, :]
+    return codes
 
 
 def packing_bits(total: int) -> int:
@@ -691,6 +719,8 @@ def sweep_full(
     """
     if uses_class_order(data):
         return _class_order_rows(data, problem, f0, f, jnp.zeros_like(f0), None, cuts)
+    if sweeps_class_lanes(data):
+        return _class_lane_rows(data, problem, f0, f, cuts)
     if sweeps_channels_major(data):
         return _channels_major_full_rows(data, problem, f0, f, cuts)
     return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
@@ -728,8 +758,9 @@ def _class_order_rows(
 
 
 # Classes from which `sweep_full` keeps channels outermost on a CPU (measured on the
-# shared and generated datasets: regression sums and 12 or 30 classes gained, five to
-# seven classes lost a little).
+# shared and generated datasets: regression sums and 12 or 30 classes gained). Integer
+# counts of fewer classes take `_class_lane_rows`, whose inputs hold every class count
+# of every position: with 12 classes their transposition cost it more than it saved.
 CHANNELS_MAJOR_FROM_CLASSES = 8
 
 
@@ -739,6 +770,17 @@ def sweeps_channels_major(data: SweepData) -> bool:
     many = data.loss_kind == "sse" or data.n_classes >= CHANNELS_MAJOR_FROM_CLASSES
     return (many and data.plan == "sequential" and not data.binary and not data.field_bits
             and data.length < BLOCKED_FROM)
+
+
+def sweeps_class_lanes(data: SweepData) -> bool:
+    """Whether `sweep_full` takes `_class_lane_rows`: integer counts of 0 or 1 (they
+    have `root_code`) or of three to seven classes, on the sequential plan, below the
+    blocked sweeps' length."""
+    if data.root_code.size:
+        return True
+    return (data.loss_kind == "count" and not data.binary
+            and data.n_classes < CHANNELS_MAJOR_FROM_CLASSES and data.plan == "sequential"
+            and not data.field_bits and data.length < BLOCKED_FROM)
 
 
 def _explained(part) -> Array:
@@ -817,6 +859,92 @@ def _channels_major_full_rows(
     pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, C)
     suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
+
+
+# Rows per `_class_lane_rows` call: its steps are element-wise over (row) lanes of int16
+# or int32 counts, which XLA's CPU backend vectorises only with enough of them (at 16
+# or 32 rows a step ran at scalar speed, 3x slower a cut-element than at 64; measured
+# on page, segment, bean and fault); more rows stream more of the transposed inputs
+# through the caches (128 rows were slower on bean).
+CLASS_LANE_ROWS = 64
+
+
+def _class_lane_rows(
+    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array
+) -> tuple[Array, Array]:
+    """`sweep_full` for integer class counts: all rows in one scan, rows in the lanes.
+
+    One step per position of the rows' feature orders adds each sample's class counts
+    to the running left counts of the cuts its root position lies below and scores
+    `max_c left_c + max_c (T_c - left_c)` for the prefix set (T: its class totals) and
+    likewise for the suffix set, whose samples so far are the running total of f's
+    order minus the left counts; each (row, cut) keeps its best score so far. The carry
+    is `(class, cut, row)`: rows innermost, so every operation of a step is
+    element-wise over whole vectors of rows (with rows or classes innermost, XLA's CPU
+    code for these steps ran at scalar speed), and the maxima over classes are
+    element-wise over `(cut, row)` slabs. The class totals of each prefix set are
+    `full_scan` (cumulative class counts in f0's order) at the cut. Integer sums and
+    maxima: the scores are `_full_row`'s integers in any order.
+    """
+    lay = data.layout_of[problem]  # (R,)
+    dtype = data.sorted_scan.dtype
+    C = data.n_classes
+    valid = jnp.transpose(data.cut_valid[lay, f, 1:])  # (n, R)
+    # root positions compared as int16 where they fit: twice the lanes of int32
+    key_dtype = jnp.int16 if data.length < 2**15 else jnp.int32
+    if data.root_code.size:  # counts of 0 or 1: root position and class in one read
+        codes = data.root_code[problem[:, None], f0[:, None], data.perm[lay, f]]  # (R, n)
+        xs = (jnp.transpose(codes), valid)
+        label = jnp.arange(C, dtype=jnp.int32)[:, None]
+        class_bits = (1 << CLASS_CODE_BITS) - 1
+
+        def sample_of(x):
+            code, ok = x
+            counts = ((code & class_bits)[None, :] == label).astype(dtype)  # (C, R)
+            return counts, (code >> CLASS_CODE_BITS).astype(key_dtype), ok
+    else:  # every class count of every position, transposed
+        key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
+        xs = (jnp.transpose(data.sorted_scan[problem, f], (1, 2, 0)),
+              jnp.transpose(key).astype(key_dtype), valid)
+
+        def sample_of(x):
+            return x
+    lane_cuts = jnp.transpose(cuts).astype(key_dtype)  # (K, R)
+    classes = data.full_scan[problem[:, None], f0[:, None], cuts].astype(dtype)  # (R, K, C)
+    pre_scan = jnp.transpose(classes, (2, 1, 0))  # (C, K, R)
+    whole = data.full_scan[problem, f0, -1].astype(dtype)  # (R, C)
+    suf_scan = jnp.transpose(whole)[:, None, :] - pre_scan
+    zero = jnp.zeros((), dtype)
+    low = jnp.asarray(jnp.iinfo(dtype).min, dtype)
+
+    def class_max(counts):  # (C, K, R) -> (K, R), element-wise over the slabs
+        top = counts[0]
+        for c in range(1, C):
+            top = jnp.maximum(top, counts[c])
+        return top
+
+    def score(left, total):
+        return class_max(left) + class_max(total - left)
+
+    def step(carry, sample):
+        left, seen, best_pre, best_suf = carry  # (C, K, R), (C, R), (K, R), (K, R)
+        value, k, ok = sample_of(sample)  # (C, R), (R,), (R,)
+        left = left + jnp.where((k[None, :] < lane_cuts)[None], value[:, None, :], zero)
+        seen = seen + value
+        right = seen[:, None, :] - left  # the suffix set's samples up to this position
+        best_pre = jnp.maximum(best_pre, jnp.where(ok[None, :], score(left, pre_scan), low))
+        best_suf = jnp.maximum(best_suf, jnp.where(ok[None, :], score(right, suf_scan), low))
+        return (left, seen, best_pre, best_suf), None
+
+    # position 0, the empty left part, is always valid
+    empty = jnp.zeros_like(pre_scan)
+    start = (empty, jnp.zeros((C, cuts.shape[0]), dtype), score(empty, pre_scan),
+             score(empty, suf_scan))
+    (_, _, prefix, suffix), _ = jax.lax.scan(step, start, xs)
+    pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, 1)
+    suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot
+    return (_loss_from_score(data, pre_tot, jnp.transpose(prefix)),
+            _loss_from_score(data, suf_tot, jnp.transpose(suffix)))
 
 
 @jax.jit

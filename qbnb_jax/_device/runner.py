@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from qbnb_jax._device.kernels import (
+    CLASS_LANE_ROWS,
     GRID_LANES,
     SweepData,
     sweep_full,
@@ -24,6 +25,7 @@ from qbnb_jax._device.kernels import (
     sweep_grid,
     sweep_windowed,
     sweeps_channels_major,
+    sweeps_class_lanes,
     uses_class_order,
 )
 from qbnb_jax._device.limits import limit_data, sweep_limited
@@ -260,7 +262,9 @@ class KernelRunner:
                           bytes_to_device=sum(np.asarray(a).nbytes for a in args),
                           bytes_from_device=sum(r.nbytes for r in results))
 
-    def _chunk(self, cuts: int, length: int, rows: int) -> int:
+    def _chunk(self, cuts: int, length: int, rows: int, name: str = "full") -> int:
+        if name == "full" and sweeps_class_lanes(self.data):
+            return CLASS_LANE_ROWS  # the rows are its vector lanes
         # class-ordered sweeps carry one count per (row, cut), whatever the classes
         channels = 1 if uses_class_order(self.data) else int(self.data.sorted_scan.shape[-1])
         per_row = cuts * (length + 1) * channels
@@ -290,7 +294,8 @@ class KernelRunner:
         if shardings is not None:
             data = self._replicated(shardings[1], data)
         # One call's rows: a cache-sized chunk per device.
-        chunk = self._chunk(cut_block, length, rows // jax.device_count()) * jax.device_count()
+        chunk = self._chunk(cut_block, length, rows // jax.device_count(), name)
+        chunk *= jax.device_count()
         stop = _stop_check()
 
         def place(rows_of_call: tuple[np.ndarray, ...]):

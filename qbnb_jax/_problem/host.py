@@ -60,6 +60,8 @@ def split_losses(ordered: np.ndarray, total, loss_kind: str) -> np.ndarray:
 # `stump_losses` takes every feature in one pass up to this many (feature, position,
 # channel) entries, a few hundred kB of temporaries.
 STUMPS_AT_ONCE = 1 << 16
+# Integer prefix sums of several classes `stump_losses` forms at once (4 MB of int32).
+COUNT_STUMPS_AT_ONCE = 1 << 20
 
 
 def stump_losses(problem: Problem, mask: np.ndarray, features=None):
@@ -74,6 +76,18 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
     losses = np.empty(len(features))
     positions = np.empty(len(features), dtype=np.int64)
     limits = problem.leaf_limits
+    C = stats.shape[1]
+    if limits is None and problem.loss_kind == "count" and C > 2:
+        # Integer class counts, channels outermost (`_count_split_losses`): the same
+        # numbers and first minima, several times faster than float sums; features in
+        # blocks of at most COUNT_STUMPS_AT_ONCE prefix sums.
+        step = max(1, COUNT_STUMPS_AT_ONCE // ((problem.n + 1) * C))
+        for i in range(0, len(features), step):
+            block = features[i : i + step]
+            loss = _count_split_losses(stats[None], problem.perm[block])[0]
+            positions[i : i + step], losses[i : i + step] = valid_argmin(
+                loss, problem.cut_valid[block])
+        return losses, positions
     if limits is None and len(features) * (problem.n + 1) * stats.shape[1] <= STUMPS_AT_ONCE:
         # Small sets (the sides of deep searches): every feature in one pass, the same
         # per-feature arithmetic (cumulative sums along each feature's own order)

@@ -180,7 +180,11 @@ class Depth2Search:
         """The search as a generator of `KernelRequest`s."""
         search, p = self.search, self.p
         n_problems = search.n_problems
-        yield from self.greedy()
+        greedy = self.greedy()
+        start = next(greedy)  # the greedy start's sweep; `stump_all` is known
+        if not self.shares_first_sweep(start):
+            self.finish(greedy, (yield start))
+            greedy = None
         problem = np.repeat(np.arange(n_problems), p)
         # Root cuts lo..hi lie strictly between two ends whose sides are bounded per
         # child feature (see `step`). At first the ends are the trivial cuts 0 (nothing
@@ -207,9 +211,12 @@ class Depth2Search:
         if self.limits is not None:
             frontier = self.limit_roots(frontier)
         frontier = frontier.take(frontier.lo <= frontier.hi)  # a constant feature: no cut
+        if greedy is not None and not frontier.size:
+            self.finish(greedy, (yield start))
+            greedy = None
         while frontier.size:
             if not search.begin_iteration(frontier.lower_bound, frontier.problem):
-                return
+                break
             while self.capacity < frontier.size and self.capacity < self.max_capacity:
                 self.capacity *= 2
             for q in np.unique(frontier.problem):
@@ -221,10 +228,56 @@ class Depth2Search:
                     children.append(frontier.take(slice(b0, None)))  # they keep their bounds
                     break
                 block = frontier.take(slice(b0, b0 + self.capacity))
-                children.append((yield from self.step(block)))
+                if greedy is None:
+                    children.append((yield from self.step(block)))
+                else:
+                    children.append((yield from self.step_with(greedy, start, block)))
+                    greedy = None
             frontier = Frontier.concatenate(children)
             search.report(frontier.lower_bound, frontier.problem)
-        self.incumbents.prove_optimal(np.arange(n_problems))
+        else:
+            self.incumbents.prove_optimal(np.arange(n_problems))
+        if greedy is not None:  # stopped before the first iteration
+            self.finish(greedy, (yield start))
+
+    def shares_first_sweep(self, start: KernelRequest) -> bool:
+        """Whether the greedy start's sweep goes in one request with the first block's
+        (`step_with`): one problem, full sweeps, and no time or gap limit that could end
+        the search before the first iteration (which would leave that sweep unused).
+        The first block's sweep depends on no incumbent, so every decision is the same;
+        the request's rows fill the kernels' calls better (one call fewer on page)."""
+        options = self.options
+        return (self.search.n_problems == 1 and start.kind == "full"
+                and options.time_limit is None and options.max_gap is None
+                and not options.anytime)
+
+    @staticmethod
+    def finish(greedy, result) -> None:
+        """Hand the greedy start its sweep's result (it asks for nothing more)."""
+        try:
+            greedy.send(result)
+        except StopIteration:
+            return
+        raise RuntimeError("the greedy start asked for a second sweep")
+
+    def step_with(self, greedy, start: KernelRequest, block: Frontier):
+        """`step(block)`, its first sweep in one request with the greedy start's
+        `start`, whose result the greedy start takes first (it offers its incumbent
+        before the step prunes, as when the two are swept apart)."""
+        step = self.step(block)
+        own = next(step)
+        assert own.kind == start.kind
+        rows = len(start.problem)
+        pre, suf = yield KernelRequest(
+            own.kind, tuple(np.concatenate([a, b]) for a, b in zip(start.args, own.args)),
+            np.concatenate([start.problem, own.problem]))
+        self.finish(greedy, (pre[:rows], suf[:rows]))
+        try:
+            request = step.send((pre[rows:], suf[rows:]))
+            while True:
+                request = step.send((yield request))
+        except StopIteration as done:
+            return done.value
 
     def limit_roots(self, frontier: Frontier) -> Frontier:
         """The first tuples narrowed to the root cuts whose both sides may be leaves.
