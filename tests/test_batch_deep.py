@@ -6,9 +6,10 @@ from helpers import brute_force
 from test_batch import assert_same
 
 import qbnb_jax
-from qbnb_jax._problem.data import make_problem
+from qbnb_jax._problem.data import compact_sides, make_problem, sorted_samples
 from qbnb_jax._problem.host import stump_losses
 from qbnb_jax._search import deep_batch
+from qbnb_jax._search.depth2 import stack_tables
 
 
 def make_data(rng, task: str, classes: int, n: int, p: int):
@@ -90,9 +91,16 @@ def test_side_tables_stumps_equal_host_stumps():
     rng = np.random.default_rng(1)
     X, y = make_data(rng, "classification", 2, 50, 3)
     problem = make_problem(X, y, task="classification")
-    subs = [problem.compact(rng.random(problem.n) < share) for share in (0.2, 0.5, 0.9, 1.0)]
-    tables = deep_batch.side_tables(subs)
-    for q, sub in enumerate(subs):
+    source = sorted_samples(problem)
+    masks = [rng.random(problem.n) < share for share in (0.2, 0.5, 0.9, 1.0, 0.3, 0.7)]
+    chunks = [compact_sides([source] * 4, masks[:4]), compact_sides([source] * 2, masks[4:])]
+    tables = deep_batch.side_tables(chunks)
+    want = stack_tables([problem.compact(mask) for mask in masks])
+    for name in ("cut_pos", "slack_left", "n_thresholds"):
+        a, b = getattr(want, name), getattr(tables, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    for q, mask in enumerate(masks):
+        sub = problem.compact(mask)
         losses, positions = stump_losses(sub, np.ones(sub.n, dtype=bool))
         assert np.array_equal(tables.stump_loss[q], losses)
         assert np.array_equal(tables.stump_position[q], positions)
@@ -127,6 +135,8 @@ def test_compact_many_equals_compact(task):
     if task == "classification":
         parents += root.reweighted(folds(rng, 120, 2).astype(np.int64))[0]
         parents += root.reweighted(bootstrap(rng, 120, 2).astype(np.int64))[0]
+        fractional = bootstrap(rng, 120, 1)[0] * np.round(rng.uniform(0.5, 2.0, 120), 2)
+        parents.append(make_problem(X, y, task=task, sample_weight=fractional))
     subsets = []
     for _ in range(60):
         parent = parents[rng.integers(len(parents))]

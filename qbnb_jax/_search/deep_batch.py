@@ -26,9 +26,16 @@ import numpy as np
 from qbnb_jax._device.kernels import padded_length
 from qbnb_jax._device.parallel import THREADS
 from qbnb_jax._device.runner import KernelRunner
-from qbnb_jax._problem.data import Problem, ThresholdTables, compact_many, two_class_stumps
+from qbnb_jax._problem.data import (
+    CompactSides,
+    SortedSamples,
+    ThresholdTables,
+    compact_sides,
+    sorted_samples,
+    two_class_stumps,
+)
 from qbnb_jax._search.deep import SIDE_LAYOUT_BYTES, DeepSearch
-from qbnb_jax._search.depth2 import solve_depth2, stack_tables
+from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.search import Search
 
 # Sides per depth-2 search of a round. Their problem count is padded to a power of four
@@ -38,7 +45,7 @@ from qbnb_jax._search.search import Search
 MAX_BATCH = 256
 SMALL_BATCH = 64
 LENGTH_STEPS = 4  # steps per octave of `for_compact`'s lengths
-# Sides compacted together (`compact_many`): a few dozen numpy calls per chunk instead
+# Sides compacted together (`compact_sides`): a few dozen numpy calls per chunk instead
 # of per side, on padded arrays small enough to stay in cache (sides of a batch are
 # sorted by size, so a chunk pads little).
 COMPACT_CHUNK = 16
@@ -53,6 +60,7 @@ def solve_deep_lockstep(searches: list[DeepSearch], runner: KernelRunner) -> Non
     """
     steps = {i: search.deep_steps() for i, search in enumerate(searches)}
     pending: dict[int, tuple] = {}
+    sources: dict[int, SortedSamples] = {}  # each problem's, made at its first side
 
     def advance(i: int) -> None:
         try:
@@ -64,14 +72,16 @@ def solve_deep_lockstep(searches: list[DeepSearch], runner: KernelRunner) -> Non
     for i in list(steps):
         advance(i)
     while pending:
-        solve_round(searches, pending, runner)
+        solve_round(searches, pending, runner, sources)
         for i in list(pending):
             advance(i)
 
 
 def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
-                runner: KernelRunner) -> None:
+                runner: KernelRunner, sources: dict[int, SortedSamples]) -> None:
     """Solve the side requests `pending` `{search index: (keys, cutoffs)}`.
+
+    `sources`: the problems' `SortedSamples` by search index, filled in as needed.
 
     The batches are independent depth-2 searches; two threads take them in turn, so
     that one's host work (compacting, tables, bookkeeping) runs while the other's
@@ -89,7 +99,9 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
                 search.sides[key] = (0.0, 0.0, None)
                 continue
             search.subproblems += 1
-            owners.append(search)
+            if i not in sources:
+                sources[i] = sorted_samples(search.problem)
+            owners.append(i)
             keys.append(key)
             sizes.append(size)
             cutoffs.append(cutoff)
@@ -98,14 +110,16 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
     side_options = searches[0].side_options
 
     def solve(batch: list[int]) -> None:
-        subs = [sub for at in range(0, len(batch), COMPACT_CHUNK)
-                for sub in compact_many(*zip(*(owners[j].side_subset(keys[j])
-                                               for j in batch[at: at + COMPACT_CHUNK])))]
+        chunks = [compact_sides([sources[owners[j]] for j in part],
+                                [searches[owners[j]].side_subset(keys[j])[1] for j in part])
+                  for part in (batch[at: at + COMPACT_CHUNK]
+                               for at in range(0, len(batch), COMPACT_CHUNK))]
+        subs = [sub for chunk in chunks for sub in chunk.problems]
         search = Search(subs, side_options, runner=runner.for_compact(subs),
                         cutoff=[cutoffs[j] for j in batch])
-        solve_depth2(search, side_tables(subs))
+        solve_depth2(search, side_tables(chunks))
         for q, j in enumerate(batch):
-            owners[j].sides[keys[j]] = search.outcome(q)
+            searches[owners[j]].sides[keys[j]] = search.outcome(q)
 
     # largest first: the last batches taken are short, so both threads end together
     on_two_threads(solve, lockstep_batches(sizes, searches[0].problem.p)[::-1])
@@ -149,25 +163,40 @@ def on_two_threads(fn: Callable[[list[int]], None], items: list) -> None:
 _HELPER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qbnb_jax-sides")
 
 
-def side_tables(subs: list[Problem]) -> ThresholdTables:
-    """`depth2.stack_tables` of compacted sides, with their best stumps on every feature
-    (what `Depth2Search.greedy` would compute side by side) for two-class counts.
+def side_tables(chunks: list[CompactSides]) -> ThresholdTables:
+    """`depth2.stack_tables` of the sides compacted in `chunks`, from the chunks' padded
+    tables, with their best stumps on every feature (what `Depth2Search.greedy` would
+    compute side by side) for two-class counts.
 
     `two_class_stumps` gives `host.stump_losses`' losses and tie-breaks in integers;
     the sides' tables are padded with zero counts and invalid cuts past their own n.
     """
-    tables = stack_tables(subs)
-    first = subs[0]
-    if first.loss_kind != "count" or first.n_channels != 2:
+    subs = [sub for chunk in chunks for sub in chunk.problems]
+    n, p = max(sub.n for sub in subs), subs[0].p
+    cut_pos = np.empty((len(subs), p, n + 1), dtype=np.int64)
+    slack_left = np.empty((len(subs), p, n + 1))
+    n_thresholds = np.empty((len(subs), p), dtype=np.int64)
+    stumps = all(chunk.signed is not None for chunk in chunks)
+    if stumps:
+        signed = np.zeros((len(subs), p, n), dtype=np.int32)
+        valid = np.zeros((len(subs), p, n + 1), dtype=bool)
+    q = 0
+    for chunk in chunks:  # padding: "everything left", as t = u(f)
+        rows = slice(q, q + len(chunk.problems))
+        width = chunk.cut_pos.shape[-1]
+        cut_pos[rows, :, :width] = chunk.cut_pos
+        cut_pos[rows, :, width:] = np.array([sub.n for sub in chunk.problems])[:, None, None]
+        slack_left[rows, :, :width] = chunk.slack_left
+        slack_left[rows, :, width:] = chunk.slack_left[..., -1:]
+        n_thresholds[rows] = chunk.n_thresholds
+        if stumps:
+            signed[rows, :, : width - 1] = chunk.signed
+            valid[rows, :, :width] = chunk.cut_valid
+        q += len(chunk.problems)
+    tables = ThresholdTables(cut_pos, slack_left, n_thresholds)
+    if not stumps:
         return tables
-    n = max(sub.n for sub in subs)
-    signed = np.zeros((len(subs), first.p, n), dtype=np.int32)
-    valid = np.zeros((len(subs), first.p, n + 1), dtype=bool)
-    total = np.empty(len(subs), dtype=np.int64)
-    for q, sub in enumerate(subs):
-        signed[q, :, : sub.n] = (sub.stats[:, 1] - sub.stats[:, 0])[sub.perm]
-        valid[q, :, : sub.n + 1] = sub.cut_valid
-        total[q] = sub.stats.sum()
+    total = np.array([sub.stats.sum() for sub in subs], dtype=np.int64)
     losses, positions = two_class_stumps(signed, valid, total)
     return tables._replace(stump_loss=losses, stump_position=positions)
 
