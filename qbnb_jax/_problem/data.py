@@ -1101,11 +1101,12 @@ def compact_sides(sources: list[SortedSamples], masks: list[np.ndarray]) -> Comp
         np.minimum(slack_left, sizes[:, None, None], out=slack_left)
     problems = [
         dataclasses.replace(
-            src.problem, X=src.problem.X[idx], stats=src.problem.stats[idx],
+            src.problem, X=src.problem.X.take(idx, axis=0),
+            stats=src.problem.stats.take(idx, axis=0),
             perm=perm[b, :, :m], rank=rank[b, :, :m], value_rank=value_rank[b, :, :m],
             cut_valid=cut_valid[b, :, : m + 1], cut_pos=cut_pos[b, :, : m + 1],
             n_thresholds=n_thresholds[b], slack_left=slack_left[b, :, : m + 1],
-            y=src.problem.y[idx], weight=src.problem.weight[idx],
+            y=src.problem.y.take(idx, axis=0), weight=src.problem.weight.take(idx),
         )
         for b, (src, idx, m) in enumerate(zip(sources, idxs, sizes.tolist()))
     ]

@@ -168,8 +168,9 @@ def side_tables(chunks: list[CompactSides]) -> ThresholdTables:
     tables, with their best stumps on every feature (what `Depth2Search.greedy` would
     compute side by side) for two-class counts.
 
-    `two_class_stumps` gives `host.stump_losses`' losses and tie-breaks in integers;
-    the sides' tables are padded with zero counts and invalid cuts past their own n.
+    `two_class_stumps` gives `host.stump_losses`' losses and tie-breaks in integers,
+    chunk by chunk (the chunks' tables are small enough to stay in cache): the signed
+    counts are zero and the cuts invalid past each side's own n.
     """
     subs = [sub for chunk in chunks for sub in chunk.problems]
     n, p = max(sub.n for sub in subs), subs[0].p
@@ -177,9 +178,7 @@ def side_tables(chunks: list[CompactSides]) -> ThresholdTables:
     slack_left = np.empty((len(subs), p, n + 1))
     n_thresholds = np.empty((len(subs), p), dtype=np.int64)
     stumps = all(chunk.signed is not None for chunk in chunks)
-    if stumps:
-        signed = np.zeros((len(subs), p, n), dtype=np.int32)
-        valid = np.zeros((len(subs), p, n + 1), dtype=bool)
+    losses, positions = [], []
     q = 0
     for chunk in chunks:  # padding: "everything left", as t = u(f)
         rows = slice(q, q + len(chunk.problems))
@@ -190,15 +189,16 @@ def side_tables(chunks: list[CompactSides]) -> ThresholdTables:
         slack_left[rows, :, width:] = chunk.slack_left[..., -1:]
         n_thresholds[rows] = chunk.n_thresholds
         if stumps:
-            signed[rows, :, : width - 1] = chunk.signed
-            valid[rows, :, :width] = chunk.cut_valid
+            total = np.array([sub.stats.sum() for sub in chunk.problems], dtype=np.int64)
+            loss, position = two_class_stumps(chunk.signed, chunk.cut_valid, total)
+            losses.append(loss)
+            positions.append(position)
         q += len(chunk.problems)
     tables = ThresholdTables(cut_pos, slack_left, n_thresholds)
     if not stumps:
         return tables
-    total = np.array([sub.stats.sum() for sub in subs], dtype=np.int64)
-    losses, positions = two_class_stumps(signed, valid, total)
-    return tables._replace(stump_loss=losses, stump_position=positions)
+    return tables._replace(stump_loss=np.concatenate(losses),
+                           stump_position=np.concatenate(positions))
 
 
 def lockstep_batches(sizes, p: int) -> list[list[int]]:
