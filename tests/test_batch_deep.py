@@ -152,3 +152,23 @@ def test_compact_many_equals_compact(task):
                 a, b = getattr(want, field.name), getattr(got, field.name)
                 if isinstance(a, np.ndarray):
                     assert a.dtype == b.dtype and np.array_equal(a, b), field.name
+
+
+def test_sorted_samples_side_sizes():
+    """`SortedSamples.positive_before` gives `DeepSearch.side_size` without compacting."""
+    from qbnb_jax._search.deep import LEFT, RIGHT, DeepSearch
+    from qbnb_jax._search.state import SearchOptions
+
+    rng = np.random.default_rng(3)
+    X, y = make_data(rng, "classification", 2, 60, 3)
+    root = make_problem(X, y, task="classification")
+    for parent in root.reweighted(folds(rng, 60, 3).astype(np.int64))[0]:
+        source = sorted_samples(parent)
+        options = SearchOptions(bound="w1", s=3, time_limit=None, progress=None, capacity=64,
+                                start=0.0)
+        search = DeepSearch(parent, options, depth=3)
+        for f0 in range(parent.p):
+            for k in range(parent.n + 1):
+                left = int(source.positive_before[f0, k])
+                assert left == search.side_size((f0, k, LEFT))
+                assert source.perm.shape[1] - left == search.side_size((f0, k, RIGHT))

@@ -989,6 +989,9 @@ class SortedSamples(NamedTuple):
     slack: np.ndarray | None
     unit_slack: bool  # every positive sample's slack is 1: a sum of slack is a count
     signed: np.ndarray | None  # int32 (p, n+): two-class counts, class 1 minus class 0
+    # int32 (p, n + 1): positive samples before each position of each feature's order
+    # (`problem.perm`'s positions): the n of the subset left of a cut, without compacting
+    positive_before: np.ndarray
 
 
 def sorted_samples(problem: Problem) -> SortedSamples:
@@ -1007,7 +1010,10 @@ def sorted_samples(problem: Problem) -> SortedSamples:
         slack = slack[perm]
     if problem.loss_kind == "count" and problem.n_channels == 2:
         signed = (problem.stats[:, 1] - problem.stats[:, 0])[perm]
-    return SortedSamples(problem, positive, perm, value_rank, slack, unit, signed)
+    positive_before = np.zeros((problem.p, problem.n + 1), dtype=np.int32)
+    np.cumsum(positive[problem.perm], axis=1, out=positive_before[:, 1:])
+    return SortedSamples(problem, positive, perm, value_rank, slack, unit, signed,
+                         positive_before)
 
 
 def compact_many(problems: list[Problem], masks: list[np.ndarray]) -> list[Problem]:

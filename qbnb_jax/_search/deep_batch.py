@@ -34,7 +34,7 @@ from qbnb_jax._problem.data import (
     sorted_samples,
     two_class_stumps,
 )
-from qbnb_jax._search.deep import SIDE_LAYOUT_BYTES, DeepSearch
+from qbnb_jax._search.deep import LEFT, SIDE_LAYOUT_BYTES, DeepSearch
 from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.search import Search
 
@@ -93,14 +93,16 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
         if search.depth != 3 or search.budgets is not None:
             search.solve_sides(request_keys, request_cutoffs)
             continue
+        if i not in sources:
+            sources[i] = sorted_samples(search.problem)
+        before, n_positive = sources[i].positive_before, sources[i].perm.shape[1]
         for key, cutoff in search.pending_sides(request_keys, request_cutoffs).items():
-            size = search.side_size(key)
+            f0, k, which = key  # `search.side_size(key)`, from the sorted samples
+            size = int(before[f0, k]) if which == LEFT else n_positive - int(before[f0, k])
             if size == 0:
                 search.sides[key] = (0.0, 0.0, None)
                 continue
             search.subproblems += 1
-            if i not in sources:
-                sources[i] = sorted_samples(search.problem)
             owners.append(i)
             keys.append(key)
             sizes.append(size)
