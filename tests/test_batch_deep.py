@@ -172,3 +172,30 @@ def test_sorted_samples_side_sizes():
                 left = int(source.positive_before[f0, k])
                 assert left == search.side_size((f0, k, LEFT))
                 assert source.perm.shape[1] - left == search.side_size((f0, k, RIGHT))
+
+
+def test_lasting_splits_build_the_same_spec():
+    """A side's deferred spec, kept as `lasting_splits` (the side compacted again from
+    its parent), builds the spec the batch's compacted side builds."""
+    from qbnb_jax._device.runner import KernelRunner
+    from qbnb_jax._search.deep import LEFT, RIGHT
+    from qbnb_jax._search.depth2 import solve_depth2
+    from qbnb_jax._search.search import Search
+    from qbnb_jax._search.state import SearchOptions
+
+    rng = np.random.default_rng(4)
+    X, y = make_data(rng, "classification", 2, 80, 3)
+    parent = make_problem(X, y, task="classification", sample_weight=folds(rng, 80, 1)[0])
+    options = SearchOptions(bound="w1", s=3, time_limit=None, progress=None, capacity=64,
+                            start=0.0)
+    keys = [(0, 30, LEFT), (1, 50, RIGHT), (2, 70, LEFT)]
+    masks = [(parent.rank[f0] < k) ^ (which == RIGHT) for f0, k, which in keys]
+    chunk = compact_sides([sorted_samples(parent)] * len(keys), masks)
+    search = Search(chunk.problems, options, runner=KernelRunner(chunk.problems[0]).for_compact(
+        chunk.problems))
+    solve_depth2(search, deep_batch.side_tables([chunk]))
+    for q, key in enumerate(keys):
+        splits = search.outcome(q)[2]
+        assert callable(splits)
+        lasting = deep_batch.lasting_splits(splits, parent, key)
+        assert lasting is not splits and lasting() == splits()

@@ -18,6 +18,7 @@ frontier (depth-2 decisions are per problem, `_search/depth2.py`).
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import threading
 from collections.abc import Callable
 
@@ -28,6 +29,7 @@ from qbnb_jax._device.parallel import THREADS
 from qbnb_jax._device.runner import KernelRunner
 from qbnb_jax._problem.data import (
     CompactSides,
+    Problem,
     SortedSamples,
     ThresholdTables,
     compact_sides,
@@ -36,7 +38,7 @@ from qbnb_jax._problem.data import (
 )
 from qbnb_jax._search.deep import LEFT, SIDE_LAYOUT_BYTES, DeepSearch
 from qbnb_jax._search.depth2 import solve_depth2
-from qbnb_jax._search.search import Search
+from qbnb_jax._search.search import Search, depth2_splits
 
 # Sides per depth-2 search of a round. Their problem count is padded to a power of four
 # (`for_compact`), so these are powers of four; a batch whose sides are fewer than
@@ -121,10 +123,29 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
                         cutoff=[cutoffs[j] for j in batch])
         solve_depth2(search, side_tables(chunks))
         for q, j in enumerate(batch):
-            searches[owners[j]].sides[keys[j]] = search.outcome(q)
+            lower, upper, splits = search.outcome(q)
+            owner = searches[owners[j]]
+            owner.sides[keys[j]] = (lower, upper, lasting_splits(splits, owner.problem, keys[j]))
 
     # largest first: the last batches taken are short, so both threads end together
     on_two_threads(solve, lockstep_batches(sizes, searches[0].problem.p)[::-1])
+
+
+def lasting_splits(splits, problem: Problem, key):
+    """A side's `splits` as kept in its search's `sides`: a deferred depth-2 spec
+    (`Search.deferred_splits`) built on the side compacted again from `problem` when
+    asked for (`Problem.compact`, equal to the batch's compacted side), so that it
+    holds no view of the batch's padded tables (a problem's incumbent keeps its
+    sides' specs to the end of the batch)."""
+    if isinstance(splits, functools.partial) and splits.func is depth2_splits:
+        return functools.partial(_side_splits, problem, key, splits.args[1:], splits.keywords)
+    return splits
+
+
+def _side_splits(problem: Problem, key, args: tuple, keywords: dict):
+    f0, k, which = key
+    left = problem.rank[f0] < k  # `DeepSearch.side_subset`
+    return depth2_splits(problem.compact(left if which == LEFT else ~left), *args, **keywords)
 
 
 def on_two_threads(fn: Callable[[list[int]], None], items: list) -> None:
