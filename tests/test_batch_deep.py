@@ -197,5 +197,5 @@ def test_lasting_splits_build_the_same_spec():
     for q, key in enumerate(keys):
         splits = search.outcome(q)[2]
         assert callable(splits)
-        lasting = deep_batch.lasting_splits(splits, parent, key)
+        lasting = deep_batch.lasting_splits(splits, sorted_samples(parent), key)
         assert lasting is not splits and lasting() == splits()

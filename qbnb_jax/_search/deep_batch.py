@@ -29,7 +29,6 @@ from qbnb_jax._device.parallel import THREADS
 from qbnb_jax._device.runner import KernelRunner
 from qbnb_jax._problem.data import (
     CompactSides,
-    Problem,
     SortedSamples,
     ThresholdTables,
     compact_sides,
@@ -125,27 +124,29 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
         for q, j in enumerate(batch):
             lower, upper, splits = search.outcome(q)
             owner = searches[owners[j]]
-            owner.sides[keys[j]] = (lower, upper, lasting_splits(splits, owner.problem, keys[j]))
+            owner.sides[keys[j]] = (lower, upper,
+                                    lasting_splits(splits, sources[owners[j]], keys[j]))
 
     # largest first: the last batches taken are short, so both threads end together
     on_two_threads(solve, lockstep_batches(sizes, searches[0].problem.p)[::-1])
 
 
-def lasting_splits(splits, problem: Problem, key):
+def lasting_splits(splits, source: SortedSamples, key):
     """A side's `splits` as kept in its search's `sides`: a deferred depth-2 spec
-    (`Search.deferred_splits`) built on the side compacted again from `problem` when
-    asked for (`Problem.compact`, equal to the batch's compacted side), so that it
+    (`Search.deferred_splits`) built, when asked for, on side `key` compacted again
+    from its problem's `source` (equal to the batch's compacted side), so that it
     holds no view of the batch's padded tables (a problem's incumbent keeps its
     sides' specs to the end of the batch)."""
     if isinstance(splits, functools.partial) and splits.func is depth2_splits:
-        return functools.partial(_side_splits, problem, key, splits.args[1:], splits.keywords)
+        return functools.partial(_side_splits, source, key, splits.args[1:], splits.keywords)
     return splits
 
 
-def _side_splits(problem: Problem, key, args: tuple, keywords: dict):
+def _side_splits(source: SortedSamples, key, args: tuple, keywords: dict):
     f0, k, which = key
-    left = problem.rank[f0] < k  # `DeepSearch.side_subset`
-    return depth2_splits(problem.compact(left if which == LEFT else ~left), *args, **keywords)
+    left = source.problem.rank[f0] < k  # `DeepSearch.side_subset`
+    (side,) = compact_sides([source], [left if which == LEFT else ~left]).problems
+    return depth2_splits(side, *args, **keywords)
 
 
 def on_two_threads(fn: Callable[[list[int]], None], items: list) -> None:
