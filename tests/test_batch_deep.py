@@ -6,9 +6,10 @@ from helpers import brute_force
 from test_batch import assert_same
 
 import qbnb_jax
-from qbnb_jax._problem.data import make_problem
+from qbnb_jax._problem.data import compact_sides, make_problem, sorted_samples
 from qbnb_jax._problem.host import stump_losses
 from qbnb_jax._search import deep_batch
+from qbnb_jax._search.depth2 import stack_tables
 
 
 def make_data(rng, task: str, classes: int, n: int, p: int):
@@ -90,9 +91,16 @@ def test_side_tables_stumps_equal_host_stumps():
     rng = np.random.default_rng(1)
     X, y = make_data(rng, "classification", 2, 50, 3)
     problem = make_problem(X, y, task="classification")
-    subs = [problem.compact(rng.random(problem.n) < share) for share in (0.2, 0.5, 0.9, 1.0)]
-    tables = deep_batch.side_tables(subs)
-    for q, sub in enumerate(subs):
+    source = sorted_samples(problem)
+    masks = [rng.random(problem.n) < share for share in (0.2, 0.5, 0.9, 1.0, 0.3, 0.7)]
+    chunks = [compact_sides([source] * 4, masks[:4]), compact_sides([source] * 2, masks[4:])]
+    tables = deep_batch.side_tables(chunks)
+    want = stack_tables([problem.compact(mask) for mask in masks])
+    for name in ("cut_pos", "slack_left", "n_thresholds"):
+        a, b = getattr(want, name), getattr(tables, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    for q, mask in enumerate(masks):
+        sub = problem.compact(mask)
         losses, positions = stump_losses(sub, np.ones(sub.n, dtype=bool))
         assert np.array_equal(tables.stump_loss[q], losses)
         assert np.array_equal(tables.stump_position[q], positions)
@@ -127,6 +135,8 @@ def test_compact_many_equals_compact(task):
     if task == "classification":
         parents += root.reweighted(folds(rng, 120, 2).astype(np.int64))[0]
         parents += root.reweighted(bootstrap(rng, 120, 2).astype(np.int64))[0]
+        fractional = bootstrap(rng, 120, 1)[0] * np.round(rng.uniform(0.5, 2.0, 120), 2)
+        parents.append(make_problem(X, y, task=task, sample_weight=fractional))
     subsets = []
     for _ in range(60):
         parent = parents[rng.integers(len(parents))]
@@ -142,3 +152,50 @@ def test_compact_many_equals_compact(task):
                 a, b = getattr(want, field.name), getattr(got, field.name)
                 if isinstance(a, np.ndarray):
                     assert a.dtype == b.dtype and np.array_equal(a, b), field.name
+
+
+def test_sorted_samples_side_sizes():
+    """`SortedSamples.positive_before` gives `DeepSearch.side_size` without compacting."""
+    from qbnb_jax._search.deep import LEFT, RIGHT, DeepSearch
+    from qbnb_jax._search.state import SearchOptions
+
+    rng = np.random.default_rng(3)
+    X, y = make_data(rng, "classification", 2, 60, 3)
+    root = make_problem(X, y, task="classification")
+    for parent in root.reweighted(folds(rng, 60, 3).astype(np.int64))[0]:
+        source = sorted_samples(parent)
+        options = SearchOptions(bound="w1", s=3, time_limit=None, progress=None, capacity=64,
+                                start=0.0)
+        search = DeepSearch(parent, options, depth=3)
+        for f0 in range(parent.p):
+            for k in range(parent.n + 1):
+                left = int(source.positive_before[f0, k])
+                assert left == search.side_size((f0, k, LEFT))
+                assert source.perm.shape[1] - left == search.side_size((f0, k, RIGHT))
+
+
+def test_lasting_splits_build_the_same_spec():
+    """A side's deferred spec, kept as `lasting_splits` (the side compacted again from
+    its parent), builds the spec the batch's compacted side builds."""
+    from qbnb_jax._device.runner import KernelRunner
+    from qbnb_jax._search.deep import LEFT, RIGHT
+    from qbnb_jax._search.depth2 import solve_depth2
+    from qbnb_jax._search.search import Search
+    from qbnb_jax._search.state import SearchOptions
+
+    rng = np.random.default_rng(4)
+    X, y = make_data(rng, "classification", 2, 80, 3)
+    parent = make_problem(X, y, task="classification", sample_weight=folds(rng, 80, 1)[0])
+    options = SearchOptions(bound="w1", s=3, time_limit=None, progress=None, capacity=64,
+                            start=0.0)
+    keys = [(0, 30, LEFT), (1, 50, RIGHT), (2, 70, LEFT)]
+    masks = [(parent.rank[f0] < k) ^ (which == RIGHT) for f0, k, which in keys]
+    chunk = compact_sides([sorted_samples(parent)] * len(keys), masks)
+    search = Search(chunk.problems, options, runner=KernelRunner(chunk.problems[0]).for_compact(
+        chunk.problems))
+    solve_depth2(search, deep_batch.side_tables([chunk]))
+    for q, key in enumerate(keys):
+        splits = search.outcome(q)[2]
+        assert callable(splits)
+        lasting = deep_batch.lasting_splits(splits, sorted_samples(parent), key)
+        assert lasting is not splits and lasting() == splits()

@@ -973,60 +973,150 @@ def sample_slack(task: str, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     return w * np.maximum((y - lo) ** 2, (y - hi) ** 2).sum(axis=1)
 
 
-def compact_many(problems: list[Problem], masks: list[np.ndarray]) -> list[Problem]:
-    """`[problem.compact(mask) for ...]`, equal array for array, for many subsets at once.
+class SortedSamples(NamedTuple):
+    """A problem's positive-weight samples in each feature's order, with the per-sample
+    values a subset's tables take in that order (`compact_sides`): computed once per
+    problem, so that a subset takes entries of these rows (one list of positions
+    serves them all) instead of gathering each through `perm`."""
 
-    The subsets' orders are filtered one by one, but their ranks and threshold tables
-    are computed together on arrays padded to the largest subset: a handful of numpy
-    calls for all instead of a few dozen per subset (the sides of a lockstep round,
-    `_search/deep_batch.py`, are hundreds of similar sizes). Every problem has the
-    same p. Padding positions hold padding samples (their own ids) with no valid cut
-    and zero slack, so no real entry depends on them.
+    problem: Problem
+    positive: np.ndarray  # bool (n,): weight > 0
+    perm: np.ndarray  # int32 (p, n+): the positive samples in each feature's order
+    value_rank: np.ndarray  # int32 (p, n+): their `value_rank` in that order
+    # (p, n+): their `sample_slack` in that order where it is the sample's own
+    # (classification), int64 where every one is an integer (then summed in integers:
+    # the same float64 sums below 2**53); None: it depends on the subset (regression)
+    slack: np.ndarray | None
+    unit_slack: bool  # every positive sample's slack is 1: a sum of slack is a count
+    signed: np.ndarray | None  # int32 (p, n+): two-class counts, class 1 minus class 0
+    # int32 (p, n + 1): positive samples before each position of each feature's order
+    # (`problem.perm`'s positions): the n of the subset left of a cut, without compacting
+    positive_before: np.ndarray
+
+
+def sorted_samples(problem: Problem) -> SortedSamples:
+    """`problem`'s `SortedSamples`."""
+    positive = problem.weight > 0
+    perm = problem.perm[positive[problem.perm]].reshape(problem.p, -1)
+    value_rank = np.take_along_axis(problem.value_rank, perm, axis=1)
+    slack, unit, signed = None, False, None
+    if problem.task == "classification":
+        own = problem.search_slack(np.flatnonzero(positive))
+        unit = bool(np.all(own == 1.0))
+        if np.all(own == np.round(own)) and float(own.sum()) < 2.0**53:
+            own = own.astype(np.int64)
+        slack = np.zeros(problem.n, dtype=own.dtype)
+        slack[positive] = own
+        slack = slack[perm]
+    if problem.loss_kind == "count" and problem.n_channels == 2:
+        signed = (problem.stats[:, 1] - problem.stats[:, 0])[perm]
+    positive_before = np.zeros((problem.p, problem.n + 1), dtype=np.int32)
+    np.cumsum(positive[problem.perm], axis=1, out=positive_before[:, 1:])
+    return SortedSamples(problem, positive, perm, value_rank, slack, unit, signed,
+                         positive_before)
+
+
+def compact_many(problems: list[Problem], masks: list[np.ndarray]) -> list[Problem]:
+    """`[problem.compact(mask) for ...]`, equal array for array, for many subsets at once
+    (`compact_sides` without sorted samples kept from call to call)."""
+    return compact_sides([sorted_samples(pr) for pr in problems], masks).problems
+
+
+class CompactSides(NamedTuple):
+    """Subsets compacted together (`compact_sides`): the problems, and the tables they
+    hold views of, padded to the largest subset's n, `M`."""
+
+    problems: list[Problem]
+    cut_pos: np.ndarray  # int32 (B, p, M + 1): past its u(f), a subset's own n
+    slack_left: np.ndarray  # float64 (B, p, M + 1): past its u(f), a subset's total
+    n_thresholds: np.ndarray  # int32 (B, p)
+    cut_valid: np.ndarray  # bool (B, p, M + 1): False past a subset's own n
+    # int32 (B, p, M): two-class counts' signed count in each feature's order, zero past
+    # a subset's own n; None unless every source has them
+    signed: np.ndarray | None
+
+
+def compact_sides(sources: list[SortedSamples], masks: list[np.ndarray]) -> CompactSides:
+    """`source.problem.compact(mask)` of each subset, equal array for array, computed
+    together (every problem has the same p).
+
+    A subset's samples in each feature's order are the entries of its problem's
+    `SortedSamples` rows at one list of positions, which gives its order, value ranks
+    (and so its valid cuts), slack and signed counts. Its ranks and threshold tables
+    are computed for all subsets at once, on arrays padded to the largest: a handful
+    of numpy calls for all instead of a few dozen per subset (the sides of a lockstep
+    round, `_search/deep_batch.py`, are hundreds of similar sizes). Padding positions
+    hold padding samples (their own ids) with no valid cut and zero slack, so no real
+    entry depends on them.
     """
-    B, p = len(problems), problems[0].p
-    keeps = [mask & (pr.weight > 0) for pr, mask in zip(problems, masks)]
+    B, p = len(sources), sources[0].problem.p
+    keeps = [mask & src.positive for src, mask in zip(sources, masks)]
     idxs = [np.flatnonzero(keep) for keep in keeps]
     sizes = np.array([len(idx) for idx in idxs], dtype=np.int64)
     M = int(sizes.max(initial=0))
     perm = np.broadcast_to(np.arange(M, dtype=np.int32), (B, p, M)).copy()
     cut_valid = np.zeros((B, p, M + 1), dtype=bool)
     cut_valid[:, :, 0] = True
-    slack = np.zeros((B, M))
-    for b, (pr, keep, idx) in enumerate(zip(problems, keeps, idxs)):
+    if all(src.unit_slack for src in sources):
+        slack_kind = "count"
+    elif any(src.slack is None for src in sources):
+        slack_kind = "subset"
+        slack = np.zeros((B, M))
+    else:
+        dtypes = {src.slack.dtype for src in sources}
+        slack_kind = "sorted"
+        cum = np.zeros((B, p, M + 1), dtype=np.float64 if len(dtypes) > 1 else dtypes.pop())
+    with_signed = all(src.signed is not None for src in sources)
+    signed = np.zeros((B, p, M), dtype=np.int32) if with_signed else None
+    for b, (src, keep, idx) in enumerate(zip(sources, keeps, idxs)):
         m = len(idx)
         new_id = np.cumsum(keep, dtype=np.int32)  # kept sample i -> new_id[i] - 1
         new_id -= 1
-        kept = pr.perm[keep[pr.perm]].reshape(p, m)  # each row keeps m samples
-        perm[b, :, :m] = new_id[kept]
-        vr = pr.value_rank[np.arange(p)[:, None], kept]
+        at = np.flatnonzero(keep.take(src.perm))  # each row keeps m samples
+        perm[b, :, :m] = new_id.take(src.perm.take(at)).reshape(p, m)
+        vr = src.value_rank.take(at).reshape(p, m)
         np.not_equal(vr[:, 1:], vr[:, :-1], out=cut_valid[b, :, 1:m])
-        slack[b, :m] = pr.search_slack(idx)
+        if slack_kind == "subset":
+            slack[b, :m] = src.problem.search_slack(idx)
+        elif slack_kind == "sorted":
+            np.cumsum(src.slack.take(at).reshape(p, m), axis=-1, out=cum[b, :, 1 : m + 1])
+            cum[b, :, m + 1 :] = cum[b, :, m : m + 1]
+        if with_signed:
+            signed[b, :, :m] = src.signed.take(at).reshape(p, m)
     # each (side, feature) row of perm is a permutation of 0..M-1: flat scatters
-    at = (perm + (np.arange(B * p, dtype=np.int64) * M).reshape(B, p, 1)).reshape(-1)
+    flat = (perm + (np.arange(B * p, dtype=np.int32) * M).reshape(B, p, 1)).reshape(-1)
     rank = np.empty((B, p, M), dtype=np.int32)
-    rank.reshape(-1)[at] = np.tile(np.arange(M, dtype=np.int32), B * p)
+    rank.reshape(-1)[flat] = np.tile(np.arange(M, dtype=np.int32), B * p)
     dense_sorted = np.cumsum(cut_valid[..., :M], axis=-1, dtype=np.int32)  # 1 at position 0
     dense_sorted -= 1
     value_rank = np.empty((B, p, M), dtype=np.int32)
-    value_rank.reshape(-1)[at] = dense_sorted.reshape(-1)
-    cum = np.zeros((B, p, M + 1))
-    np.cumsum(slack[np.arange(B)[:, None, None], perm], axis=-1, out=cum[..., 1:])
+    value_rank.reshape(-1)[flat] = dense_sorted.reshape(-1)
     cut_pos = np.empty((B, p, M + 1), dtype=np.int32)
-    slack_left = np.empty((B, p, M + 1))
-    n_thresholds = _cut_tables(cut_valid[..., 1:M], cum, cut_pos, slack_left).astype(np.int32)
+    n_thresholds = _cut_positions(cut_valid[..., 1:M], cut_pos).astype(np.int32)
     # past its u(f) a subset's entries are its own n (the padded fill is M; the slack
     # there is its total either way: padding adds none)
+    if slack_kind == "count":  # the slack left of a cut is the number of samples
+        slack_left = cut_pos.astype(np.float64)
+    else:
+        if slack_kind == "subset":
+            cum = np.zeros((B, p, M + 1))
+            np.cumsum(slack[np.arange(B)[:, None, None], perm], axis=-1, out=cum[..., 1:])
+        slack_left = _left_sums(cum, cut_pos).astype(np.float64, copy=False)
     np.minimum(cut_pos, sizes.astype(np.int32)[:, None, None], out=cut_pos)
-    return [
+    if slack_kind == "count":
+        np.minimum(slack_left, sizes[:, None, None], out=slack_left)
+    problems = [
         dataclasses.replace(
-            pr, X=pr.X[idx], stats=pr.stats[idx], perm=perm[b, :, :m].copy(),
-            rank=rank[b, :, :m].copy(), value_rank=value_rank[b, :, :m].copy(),
-            cut_valid=cut_valid[b, :, : m + 1].copy(), cut_pos=cut_pos[b, :, : m + 1].copy(),
-            n_thresholds=n_thresholds[b].copy(), slack_left=slack_left[b, :, : m + 1].copy(),
-            y=pr.y[idx], weight=pr.weight[idx],
+            src.problem, X=src.problem.X.take(idx, axis=0),
+            stats=src.problem.stats.take(idx, axis=0),
+            perm=perm[b, :, :m], rank=rank[b, :, :m], value_rank=value_rank[b, :, :m],
+            cut_valid=cut_valid[b, :, : m + 1], cut_pos=cut_pos[b, :, : m + 1],
+            n_thresholds=n_thresholds[b], slack_left=slack_left[b, :, : m + 1],
+            y=src.problem.y.take(idx, axis=0), weight=src.problem.weight.take(idx),
         )
-        for b, (pr, idx, m) in enumerate(zip(problems, idxs, sizes.tolist()))
+        for b, (src, idx, m) in enumerate(zip(sources, idxs, sizes.tolist()))
     ]
+    return CompactSides(problems, cut_pos, slack_left, n_thresholds, cut_valid, signed)
 
 
 def _presorted(perm: np.ndarray, changes: np.ndarray, slack: np.ndarray):
@@ -1127,14 +1217,24 @@ def _cut_tables(valid: np.ndarray, cum: np.ndarray, cut_pos: np.ndarray,
     """Fill `cut_pos` and `slack_left` `(..., n+1)` (C-contiguous); return each row's u(f).
 
     `valid[..., k - 1]`: a cut before sorted position k (1..n-1) is valid; `cum`
-    `(..., n+1)`: the summed slack before each position. Threshold index t in 0..u(f):
-    t=0 sends nothing left, t=u(f) everything (and so do the entries past it); in
-    between, the cut at the t-th valid position. The valid positions, row by row in
-    order (`flatnonzero`, less each row's offset), fill each row's first u(f) - 1
-    entries in the same order (a boolean mask): 2x faster than a stable sort of the
-    flags.
+    `(..., n+1)`: the summed slack before each position. See `_cut_positions`.
     """
-    n = cum.shape[-1] - 1
+    counts = _cut_positions(valid, cut_pos)
+    _left_sums(cum, cut_pos, out=slack_left)
+    return counts
+
+
+def _cut_positions(valid: np.ndarray, cut_pos: np.ndarray) -> np.ndarray:
+    """Fill `cut_pos` `(..., n+1)` (C-contiguous) from the valid cuts `valid`
+    `(..., n-1)`; return each row's u(f).
+
+    Threshold index t in 0..u(f): t=0 sends nothing left, t=u(f) everything (and so do
+    the entries past it); in between, the cut at the t-th valid position. The valid
+    positions, row by row in order (`flatnonzero`, less each row's offset), fill each
+    row's first u(f) - 1 entries in the same order (a boolean mask): 2x faster than a
+    stable sort of the flags.
+    """
+    n = cut_pos.shape[-1] - 1
     counts = valid.sum(axis=-1)
     cut_pos[..., 0] = 0
     cut_pos[..., 1:] = n
@@ -1142,7 +1242,17 @@ def _cut_tables(valid: np.ndarray, cum: np.ndarray, cut_pos: np.ndarray,
         row_start = np.arange(counts.size) * (n - 1) - 1  # flat index of position 0
         cut_pos[..., 1:n][np.arange(n - 1) < counts[..., None]] = (
             np.flatnonzero(valid) - np.repeat(row_start, counts.reshape(-1)))
+    return counts + 1
+
+
+def _left_sums(cum: np.ndarray, cut_pos: np.ndarray, out: np.ndarray | None = None
+               ) -> np.ndarray:
+    """`cum[..., cut_pos]` row by row (`cum` and `cut_pos` `(..., n+1)`, C-contiguous),
+    into `out` (default: a new array of `cum`'s dtype)."""
+    n = cut_pos.shape[-1] - 1
     rows = cut_pos.reshape(-1, n + 1)
     at = rows + (np.arange(len(rows)) * (n + 1))[:, None]
-    np.take(cum.reshape(-1), at, out=slack_left.reshape(-1, n + 1))
-    return counts + 1
+    if out is None:
+        out = np.empty(cut_pos.shape, dtype=cum.dtype)
+    np.take(cum.reshape(-1), at, out=out.reshape(-1, n + 1))
+    return out

@@ -18,6 +18,7 @@ frontier (depth-2 decisions are per problem, `_search/depth2.py`).
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import threading
 from collections.abc import Callable
 
@@ -26,10 +27,17 @@ import numpy as np
 from qbnb_jax._device.kernels import padded_length
 from qbnb_jax._device.parallel import THREADS
 from qbnb_jax._device.runner import KernelRunner
-from qbnb_jax._problem.data import Problem, ThresholdTables, compact_many, two_class_stumps
-from qbnb_jax._search.deep import SIDE_LAYOUT_BYTES, DeepSearch
-from qbnb_jax._search.depth2 import solve_depth2, stack_tables
-from qbnb_jax._search.search import Search
+from qbnb_jax._problem.data import (
+    CompactSides,
+    SortedSamples,
+    ThresholdTables,
+    compact_sides,
+    sorted_samples,
+    two_class_stumps,
+)
+from qbnb_jax._search.deep import LEFT, SIDE_LAYOUT_BYTES, DeepSearch
+from qbnb_jax._search.depth2 import solve_depth2
+from qbnb_jax._search.search import Search, depth2_splits
 
 # Sides per depth-2 search of a round. Their problem count is padded to a power of four
 # (`for_compact`), so these are powers of four; a batch whose sides are fewer than
@@ -38,7 +46,7 @@ from qbnb_jax._search.search import Search
 MAX_BATCH = 256
 SMALL_BATCH = 64
 LENGTH_STEPS = 4  # steps per octave of `for_compact`'s lengths
-# Sides compacted together (`compact_many`): a few dozen numpy calls per chunk instead
+# Sides compacted together (`compact_sides`): a few dozen numpy calls per chunk instead
 # of per side, on padded arrays small enough to stay in cache (sides of a batch are
 # sorted by size, so a chunk pads little).
 COMPACT_CHUNK = 16
@@ -53,6 +61,7 @@ def solve_deep_lockstep(searches: list[DeepSearch], runner: KernelRunner) -> Non
     """
     steps = {i: search.deep_steps() for i, search in enumerate(searches)}
     pending: dict[int, tuple] = {}
+    sources: dict[int, SortedSamples] = {}  # each problem's, made at its first side
 
     def advance(i: int) -> None:
         try:
@@ -64,14 +73,16 @@ def solve_deep_lockstep(searches: list[DeepSearch], runner: KernelRunner) -> Non
     for i in list(steps):
         advance(i)
     while pending:
-        solve_round(searches, pending, runner)
+        solve_round(searches, pending, runner, sources)
         for i in list(pending):
             advance(i)
 
 
 def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
-                runner: KernelRunner) -> None:
+                runner: KernelRunner, sources: dict[int, SortedSamples]) -> None:
     """Solve the side requests `pending` `{search index: (keys, cutoffs)}`.
+
+    `sources`: the problems' `SortedSamples` by search index, filled in as needed.
 
     The batches are independent depth-2 searches; two threads take them in turn, so
     that one's host work (compacting, tables, bookkeeping) runs while the other's
@@ -83,13 +94,17 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
         if search.depth != 3 or search.budgets is not None:
             search.solve_sides(request_keys, request_cutoffs)
             continue
+        if i not in sources:
+            sources[i] = sorted_samples(search.problem)
+        before, n_positive = sources[i].positive_before, sources[i].perm.shape[1]
         for key, cutoff in search.pending_sides(request_keys, request_cutoffs).items():
-            size = search.side_size(key)
+            f0, k, which = key  # `search.side_size(key)`, from the sorted samples
+            size = int(before[f0, k]) if which == LEFT else n_positive - int(before[f0, k])
             if size == 0:
                 search.sides[key] = (0.0, 0.0, None)
                 continue
             search.subproblems += 1
-            owners.append(search)
+            owners.append(i)
             keys.append(key)
             sizes.append(size)
             cutoffs.append(cutoff)
@@ -98,17 +113,40 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
     side_options = searches[0].side_options
 
     def solve(batch: list[int]) -> None:
-        subs = [sub for at in range(0, len(batch), COMPACT_CHUNK)
-                for sub in compact_many(*zip(*(owners[j].side_subset(keys[j])
-                                               for j in batch[at: at + COMPACT_CHUNK])))]
+        chunks = [compact_sides([sources[owners[j]] for j in part],
+                                [searches[owners[j]].side_subset(keys[j])[1] for j in part])
+                  for part in (batch[at: at + COMPACT_CHUNK]
+                               for at in range(0, len(batch), COMPACT_CHUNK))]
+        subs = [sub for chunk in chunks for sub in chunk.problems]
         search = Search(subs, side_options, runner=runner.for_compact(subs),
                         cutoff=[cutoffs[j] for j in batch])
-        solve_depth2(search, side_tables(subs))
+        solve_depth2(search, side_tables(chunks))
         for q, j in enumerate(batch):
-            owners[j].sides[keys[j]] = search.outcome(q)
+            lower, upper, splits = search.outcome(q)
+            owner = searches[owners[j]]
+            owner.sides[keys[j]] = (lower, upper,
+                                    lasting_splits(splits, sources[owners[j]], keys[j]))
 
     # largest first: the last batches taken are short, so both threads end together
     on_two_threads(solve, lockstep_batches(sizes, searches[0].problem.p)[::-1])
+
+
+def lasting_splits(splits, source: SortedSamples, key):
+    """A side's `splits` as kept in its search's `sides`: a deferred depth-2 spec
+    (`Search.deferred_splits`) built, when asked for, on side `key` compacted again
+    from its problem's `source` (equal to the batch's compacted side), so that it
+    holds no view of the batch's padded tables (a problem's incumbent keeps its
+    sides' specs to the end of the batch)."""
+    if isinstance(splits, functools.partial) and splits.func is depth2_splits:
+        return functools.partial(_side_splits, source, key, splits.args[1:], splits.keywords)
+    return splits
+
+
+def _side_splits(source: SortedSamples, key, args: tuple, keywords: dict):
+    f0, k, which = key
+    left = source.problem.rank[f0] < k  # `DeepSearch.side_subset`
+    (side,) = compact_sides([source], [left if which == LEFT else ~left]).problems
+    return depth2_splits(side, *args, **keywords)
 
 
 def on_two_threads(fn: Callable[[list[int]], None], items: list) -> None:
@@ -149,27 +187,42 @@ def on_two_threads(fn: Callable[[list[int]], None], items: list) -> None:
 _HELPER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qbnb_jax-sides")
 
 
-def side_tables(subs: list[Problem]) -> ThresholdTables:
-    """`depth2.stack_tables` of compacted sides, with their best stumps on every feature
-    (what `Depth2Search.greedy` would compute side by side) for two-class counts.
+def side_tables(chunks: list[CompactSides]) -> ThresholdTables:
+    """`depth2.stack_tables` of the sides compacted in `chunks`, from the chunks' padded
+    tables, with their best stumps on every feature (what `Depth2Search.greedy` would
+    compute side by side) for two-class counts.
 
-    `two_class_stumps` gives `host.stump_losses`' losses and tie-breaks in integers;
-    the sides' tables are padded with zero counts and invalid cuts past their own n.
+    `two_class_stumps` gives `host.stump_losses`' losses and tie-breaks in integers,
+    chunk by chunk (the chunks' tables are small enough to stay in cache): the signed
+    counts are zero and the cuts invalid past each side's own n.
     """
-    tables = stack_tables(subs)
-    first = subs[0]
-    if first.loss_kind != "count" or first.n_channels != 2:
+    subs = [sub for chunk in chunks for sub in chunk.problems]
+    n, p = max(sub.n for sub in subs), subs[0].p
+    cut_pos = np.empty((len(subs), p, n + 1), dtype=np.int64)
+    slack_left = np.empty((len(subs), p, n + 1))
+    n_thresholds = np.empty((len(subs), p), dtype=np.int64)
+    stumps = all(chunk.signed is not None for chunk in chunks)
+    losses, positions = [], []
+    q = 0
+    for chunk in chunks:  # padding: "everything left", as t = u(f)
+        rows = slice(q, q + len(chunk.problems))
+        width = chunk.cut_pos.shape[-1]
+        cut_pos[rows, :, :width] = chunk.cut_pos
+        cut_pos[rows, :, width:] = np.array([sub.n for sub in chunk.problems])[:, None, None]
+        slack_left[rows, :, :width] = chunk.slack_left
+        slack_left[rows, :, width:] = chunk.slack_left[..., -1:]
+        n_thresholds[rows] = chunk.n_thresholds
+        if stumps:
+            total = np.array([sub.stats.sum() for sub in chunk.problems], dtype=np.int64)
+            loss, position = two_class_stumps(chunk.signed, chunk.cut_valid, total)
+            losses.append(loss)
+            positions.append(position)
+        q += len(chunk.problems)
+    tables = ThresholdTables(cut_pos, slack_left, n_thresholds)
+    if not stumps:
         return tables
-    n = max(sub.n for sub in subs)
-    signed = np.zeros((len(subs), first.p, n), dtype=np.int32)
-    valid = np.zeros((len(subs), first.p, n + 1), dtype=bool)
-    total = np.empty(len(subs), dtype=np.int64)
-    for q, sub in enumerate(subs):
-        signed[q, :, : sub.n] = (sub.stats[:, 1] - sub.stats[:, 0])[sub.perm]
-        valid[q, :, : sub.n + 1] = sub.cut_valid
-        total[q] = sub.stats.sum()
-    losses, positions = two_class_stumps(signed, valid, total)
-    return tables._replace(stump_loss=losses, stump_position=positions)
+    return tables._replace(stump_loss=np.concatenate(losses),
+                           stump_position=np.concatenate(positions))
 
 
 def lockstep_batches(sizes, p: int) -> list[list[int]]:
