@@ -523,7 +523,10 @@ class KernelRunner:
         Each lane carries running sums (two classes: the prefix sum and its four
         extremes; C classes: C counts): each call keeps at most GRID_CARRY_BYTES of
         them, so that they stay in a core's cache. The last chunk repeats its first
-        feature."""
+        feature. Class counts scan one feature after another within a call
+        (`_class_grid`): one chunk carries one feature's sums at a time."""
+        if self.data.loss_kind == "count" and not self.data.binary:
+            return [feature]
         sums = self.data.grid_scan.shape[2] if self.data.grid_scan.ndim == 4 else 5
         if self.data.loss_kind == "sse":  # running and set sums per channel, two bests
             sums = 3 * sums + 2
