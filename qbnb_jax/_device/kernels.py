@@ -981,9 +981,15 @@ def _class_grid_feature(data, first, slot_f0, cuts, pre_tot, suf_tot, start, f):
     feature has a few hundred values) skip the scores and only add their sample.
     """
     Q = cuts.shape[2]
-    xs, keys, valid, _, key_dtype = _grid_inputs(data, first, slot_f0, f[None], Q)
+    _, keys, valid, _, key_dtype = _grid_inputs(data, first, slot_f0, f[None], Q)
+    # this feature's slab of the lanes' counts, (n, C, Q): slicing the lanes of every
+    # feature first (as `_grid_inputs` does) is hoisted out of the loop over features
+    # and copies all of them once a call
+    _, n, C, _ = data.grid_scan.shape
+    at = jnp.zeros((), first.dtype)
+    xs = jax.lax.dynamic_slice(data.grid_scan, (f.astype(first.dtype), at, at, first),
+                               (1, n, C, Q))[0]
     lane_cuts = cuts.astype(key_dtype)
-    C = xs.shape[1]
 
     def step(carry, sample):
         total, left, best_pre, best_suf = carry  # (C, Q), (C, S, K, Q), (S, K, Q) x2
@@ -1003,8 +1009,7 @@ def _class_grid_feature(data, first, slot_f0, cuts, pre_tot, suf_tot, start, f):
 
     dtype = start[0].dtype
     carry = (jnp.zeros((C, Q), dtype), jnp.zeros((C, *cuts.shape), dtype), *start)
-    (_, _, best_pre, best_suf), _ = jax.lax.scan(
-        step, carry, (xs[:, :, 0], keys[:, 0], valid[:, 0]))
+    (_, _, best_pre, best_suf), _ = jax.lax.scan(step, carry, (xs, keys[:, 0], valid[:, 0]))
     return best_pre, best_suf
 
 
