@@ -78,12 +78,15 @@ def test_class_grid_equals_sweep_full(n_classes, n, scale):
     np.testing.assert_array_equal(suf[column, slot, :, q], np.asarray(want_suf))
 
 
+@pytest.mark.parametrize("n_classes", [2, 5])
 @pytest.mark.parametrize("features", [(0, 1, 2, 3), (3, 1)])  # all, or a subset swept
-def test_full_requests_on_the_grid_equal_rows(monkeypatch, features):
+def test_full_requests_on_the_grid_equal_rows(monkeypatch, features, n_classes):
     """`KernelRunner.full` on the grid path: tuples of one (problem, root feature)
-    side by side, subsets of features, a repeated single cut."""
+    side by side, subsets of features (class counts: every feature in one call, one
+    scan each, feature 3 constant so that no position but the first is valid), a
+    repeated single cut."""
     monkeypatch.setattr(_runner, "GRID_ADVANTAGE", 10**6)  # the grid, however sparse
-    rng, _, _, _, base, problems, _ = shared_batch(2, 60, 4, 40)
+    rng, _, _, _, base, problems, _ = shared_batch(2, 60, 4, 40, n_classes)
     with jax.enable_x64(True):
         data = SweepData.from_problems([base], problems, [0] * len(problems))
         runner = KernelRunner(problems[0], data)
