@@ -78,12 +78,15 @@ def test_class_grid_equals_sweep_full(n_classes, n, scale):
     np.testing.assert_array_equal(suf[column, slot, :, q], np.asarray(want_suf))
 
 
+@pytest.mark.parametrize("n_classes", [2, 5])
 @pytest.mark.parametrize("features", [(0, 1, 2, 3), (3, 1)])  # all, or a subset swept
-def test_full_requests_on_the_grid_equal_rows(monkeypatch, features):
+def test_full_requests_on_the_grid_equal_rows(monkeypatch, features, n_classes):
     """`KernelRunner.full` on the grid path: tuples of one (problem, root feature)
-    side by side, subsets of features, a repeated single cut."""
+    side by side, subsets of features (class counts: every feature in one call, one
+    scan each, feature 3 constant so that no position but the first is valid), a
+    repeated single cut."""
     monkeypatch.setattr(_runner, "GRID_ADVANTAGE", 10**6)  # the grid, however sparse
-    rng, _, _, _, base, problems, _ = shared_batch(2, 60, 4, 40)
+    rng, _, _, _, base, problems, _ = shared_batch(2, 60, 4, 40, n_classes)
     with jax.enable_x64(True):
         data = SweepData.from_problems([base], problems, [0] * len(problems))
         runner = KernelRunner(problems[0], data)
@@ -231,7 +234,8 @@ def test_groups_with_many_tuples_spill_to_rows(monkeypatch, n_classes, carry_byt
     """One problem asking for many tuples of one root feature: its later tuples sweep
     rows (`GridPlan.on_grid`) rather than widening every group's lanes, and every row
     gets the losses `sweep_full` gives it (also with one feature per `sweep_grid`
-    call, `GRID_CARRY_BYTES`)."""
+    call, `GRID_CARRY_BYTES`, for two classes; class counts take every feature in one
+    call, one after another)."""
     monkeypatch.setattr(_runner, "GRID_ADVANTAGE", 4)
     monkeypatch.setattr(_runner, "GRID_CARRY_BYTES", carry_bytes)
     rng, _, _, _, base, problems, _ = shared_batch(5, 60, 4, 40, n_classes)
@@ -250,7 +254,7 @@ def test_groups_with_many_tuples_spill_to_rows(monkeypatch, n_classes, carry_byt
         assert plan is not None and 0 < (~plan.on_grid).sum() < 12 * 4
         chunks = runner._grid_feature_chunks(plan.feature, 1)
         if carry_bytes == 1:
-            assert len(chunks) == 4
+            assert len(chunks) == (4 if n_classes == 2 else 1)
         got = runner.full(f0, f, cuts, problem=problem)
         want = sweep_full(data, *(a.astype(np.int32) for a in (problem, f0, f, cuts)))
     np.testing.assert_array_equal(got[0], np.asarray(want[0]))
@@ -258,12 +262,17 @@ def test_groups_with_many_tuples_spill_to_rows(monkeypatch, n_classes, carry_byt
 
 
 def test_grid_feature_chunks_pad_the_last():
-    _, _, _, _, base, problems, _ = shared_batch(1, 30, 4, 3, 3)
-    with jax.enable_x64(True):
-        data = SweepData.from_problems([base], problems, [0] * 3)
-    runner = KernelRunner(problems[0], data)
-    per_feature = 3 * data.grid_scan.dtype.itemsize
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_runner, "GRID_CARRY_BYTES", 3 * per_feature)
-        chunks = runner._grid_feature_chunks(np.array([5, 6, 7, 8], np.int32), 1)
-    assert [c.tolist() for c in chunks] == [[5, 6, 7], [8, 5, 5]]
+    """Two classes chunk the features by their carry; class counts take them all in one
+    call (`_class_grid` sweeps one feature after another)."""
+    chunked = {}
+    for n_classes in (2, 3):
+        _, _, _, _, base, problems, _ = shared_batch(1, 30, 4, 3, n_classes)
+        with jax.enable_x64(True):
+            data = SweepData.from_problems([base], problems, [0] * 3)
+        runner = KernelRunner(problems[0], data)
+        per_feature = 5 * data.grid_scan.dtype.itemsize  # the two-class sums of a lane
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(_runner, "GRID_CARRY_BYTES", 3 * per_feature)
+            chunks = runner._grid_feature_chunks(np.array([5, 6, 7, 8], np.int32), 1)
+        chunked[n_classes] = [c.tolist() for c in chunks]
+    assert chunked == {2: [[5, 6, 7], [8, 5, 5]], 3: [[5, 6, 7, 8]]}

@@ -526,9 +526,13 @@ class KernelRunner:
         """`feature` in chunks of equal length, each one `sweep_grid` call.
 
         Each lane carries running sums (two classes: the prefix sum and its four
-        extremes; C classes: C counts): each call keeps at most GRID_CARRY_BYTES of
-        them, so that they stay in a core's cache. The last chunk repeats its first
-        feature."""
+        extremes; regression: running and set sums, two bests): each call keeps at
+        most GRID_CARRY_BYTES of them, so that they stay in a core's cache. The last
+        chunk repeats its first feature. Class counts scan one feature after another
+        within a call (`_class_grid`), carrying one feature's C counts at a time: one
+        chunk."""
+        if self.data.loss_kind == "count" and not self.data.binary:
+            return [feature]
         sums = self.data.grid_scan.shape[2] if self.data.grid_scan.ndim == 4 else 5
         if self.data.loss_kind == "sse":  # running and set sums per channel, two bests
             sums = 3 * sums + 2
