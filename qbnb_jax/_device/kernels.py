@@ -66,7 +66,8 @@ class SweepData(eqx.Module):
     - `full_scan`: `(P, p, n+1, S)`, their cumulative sums (leading zero row); empty
       `(P, p, 1, S)` for two-class counts, whose sweeps never read it.
     - `root_cum`: `(P, p, n+1, C)`, cumulative stat vectors in each feature's order;
-      integer counts keep one channel, their summed weight (C = 1).
+      integer counts keep one channel, their summed weight, and regression sums one,
+      their summed w |y|^2 (C = 1): all a set's loss needs besides its score.
     - `scan`: `(P, n, S)`, scanned channels in sample order.
     - `grid_scan`: `(p, n, G)`, two-class signed counts as in `sorted_scan` with the
       problems last (G: P rounded up to GRID_LANES), for `sweep_grid`; `(p, n, C, G)`
@@ -275,7 +276,8 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     Built for all problems at once (stats padded with zero samples, as the layouts
     are), then padded with all-zero problems up to `bucket`. Integer counts keep one
     channel of `root_cum`, the summed weight, which is all their set totals need (a
-    loss is total weight minus a score), and two-class counts, whose sweeps never read
+    loss is total weight minus a score), regression sums likewise their S2 channel,
+    and two-class counts, whose sweeps never read
     `full_scan`, get an empty one: for large batches these tables are the largest host
     cost.
     """
@@ -296,6 +298,8 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
                            field_bits).reshape(count, n_pad, -1)
     scan = scan.astype(scan_dtype)
     integer_counts = loss_kind == "count"
+    if loss_kind == "sse":  # a loss is S2 minus a score (`_loss_from_score`)
+        st = st[..., -1:]
     if integer_counts:
         total = int(st.sum(axis=(1, 2)).max(initial=0))
         # class by class: numpy sums a short last axis slowly (4x for five classes)
