@@ -146,11 +146,15 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
             positions[b0 : b0 + len(group)] = at
             losses[b0 : b0 + len(group)] = best
             continue
-        if stats.dtype.kind == "f":  # float sums: each as `stump_losses` forms it
+        if first.loss_kind == "sse":  # only the two-class form reads the set's total
+            total = None
+        elif stats.dtype.kind == "f":  # float sums: each as `stump_losses` forms it
             total = np.array([set_total(pr.stats, pr.weight) for pr in group])[:, None, None]
         else:
             total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
-        loss = split_losses(stats[:, first.perm], total, first.loss_kind)  # (B, p, n+1)
+        # a take along the sample axis: the same entries as `stats[:, perm]`, faster
+        loss = split_losses(np.take(stats, first.perm, axis=1), total,
+                            first.loss_kind)  # (B, p, n+1)
         loss = np.where(valid, loss, np.inf)
         at = np.argmin(loss, axis=2)
         positions[b0 : b0 + len(group)] = at
