@@ -411,7 +411,9 @@ def depth2_cuts_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: 
                 np.take_along_axis(by_class, first.perm[f][:, None], axis=2))
             return valid_argmin(loss, cut_valid[q, f])[0]
         masked = np.where(mask[..., None], stats, 0)
-        if stats.dtype.kind == "f":  # as `stump_losses` sums each set
+        if problems[q[0]].loss_kind == "sse":  # only the two-class form reads the total
+            total = None
+        elif stats.dtype.kind == "f":  # as `stump_losses` sums each set
             total = np.array([set_total(m, w) for m, w in zip(masked, weight)])[:, None]
         else:
             total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
