@@ -242,8 +242,12 @@ def test_sweep_grid_equals_reference(n, scale):
                     assert (pre[c, s, k, q], suf[c, s, k, q]) == want, (q, s, c, k)
 
 
-@pytest.mark.parametrize("targets, n", [(1, 3), (1, 70), (2, 70), (3, 41)])
-def test_sse_grid_equals_sweep_full_bitwise(targets, n):
+@pytest.mark.parametrize("targets, n, feature", [
+    (1, 3, (1, 0, 2)), (1, 70, (1, 0, 2)), (2, 70, (1, 0, 2)), (3, 41, (1, 0, 2)),
+    # one feature: steps of several samples (`_sse_chunked`); distinct values, runs
+    # of ties longer than a step, and fewer samples than a step
+    (1, 70, (0,)), (2, 41, (2,)), (1, 3, (1,))])
+def test_sse_grid_equals_sweep_full_bitwise(targets, n, feature):
     """Regression lanes: the same floats `sweep_full` forms for each lane's rows (zero
     weights, tied values, so invalid positions; sums that depend on their order)."""
     rng = np.random.default_rng(10 * n + targets)
@@ -261,7 +265,7 @@ def test_sse_grid_equals_sweep_full_bitwise(targets, n):
     cuts[:, 0, 0] = 0
     cuts[:, -1, 1] = n
     slot_f0 = np.array([0, 2], dtype=np.int32)
-    feature = np.array([1, 0, 2], dtype=np.int32)
+    feature = np.array(feature, dtype=np.int32)
     with jax.enable_x64(True):
         data = SweepData.from_problems([base], problems, [0] * P)
         assert data.grid_scan.ndim == 4 and _kernels.sweeps_channels_major(data)

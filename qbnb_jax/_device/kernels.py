@@ -66,7 +66,8 @@ class SweepData(eqx.Module):
     - `full_scan`: `(P, p, n+1, S)`, their cumulative sums (leading zero row); empty
       `(P, p, 1, S)` for two-class counts, whose sweeps never read it.
     - `root_cum`: `(P, p, n+1, C)`, cumulative stat vectors in each feature's order;
-      integer counts keep one channel, their summed weight (C = 1).
+      integer counts keep one channel, their summed weight, and regression sums one,
+      their summed w |y|^2 (C = 1): all a set's loss needs besides its score.
     - `scan`: `(P, n, S)`, scanned channels in sample order.
     - `grid_scan`: `(p, n, G)`, two-class signed counts as in `sorted_scan` with the
       problems last (G: P rounded up to GRID_LANES), for `sweep_grid`; `(p, n, C, G)`
@@ -286,7 +287,8 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     Built for all problems at once (stats padded with zero samples, as the layouts
     are), then padded with all-zero problems up to `bucket`. Integer counts keep one
     channel of `root_cum`, the summed weight, which is all their set totals need (a
-    loss is total weight minus a score), and two-class counts, whose sweeps never read
+    loss is total weight minus a score), regression sums likewise their S2 channel,
+    and two-class counts, whose sweeps never read
     `full_scan`, get an empty one: for large batches these tables are the largest host
     cost.
     """
@@ -307,6 +309,8 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
                            field_bits).reshape(count, n_pad, -1)
     scan = scan.astype(scan_dtype)
     integer_counts = loss_kind == "count"
+    if loss_kind == "sse":  # a loss is S2 minus a score (`_loss_from_score`)
+        st = st[..., -1:]
     if integer_counts:
         total = int(st.sum(axis=(1, 2)).max(initial=0))
         # class by class: numpy sums a short last axis slowly (4x for five classes)
@@ -1189,18 +1193,14 @@ def _sse_grid_score(left: tuple, total: tuple) -> Array:
     return _explained(left) + _explained(rest)
 
 
-def _sse_grid(
-    data: SweepData, first: Array, slot_f0: Array, feature: Array, cuts: Array
-) -> tuple[Array, Array]:
-    """`sweep_grid` for regression sums (`grid_scan` `(p, n, S, G)`, floats)."""
-    dtype = data.grid_scan.dtype
-    Q = cuts.shape[2]
-    C = data.grid_scan.shape[2]
-    xs, keys, valid, problem, key_dtype = _grid_inputs(data, first, slot_f0, feature, Q)
-    F = xs.shape[2]
-    S, K, _ = cuts.shape
+def _sse_stepwise(xs: Array, keys: Array, valid: Array, lane_cuts: Array
+                  ) -> tuple[Array, Array]:
+    """The best prefix and suffix scores `(F, S, K, Q)` of F features' orders, one
+    sample per step: `xs` `(n, C, F, Q)`, `keys` `(n, F, S)`, `valid` `(n, F)`."""
+    dtype = xs.dtype
+    n, C, F, Q = xs.shape
+    S, K, _ = lane_cuts.shape
     zero = jnp.zeros((), dtype)
-    lane_cuts = cuts.astype(key_dtype)
 
     def add(left, x, key):  # left: C x (F, S, K, Q); x: (C, F, Q); key: (F, S)
         inside = key[:, :, None, None] < lane_cuts[None]
@@ -1241,6 +1241,110 @@ def _sse_grid(
     start = (empty, jnp.zeros((C, F, Q), dtype), _sse_grid_score(empty, pre_scan),
              _sse_grid_score(empty, suf_scan))
     (_, _, best_pre, best_suf), _ = jax.lax.scan(second_pass, start, (xs, keys, valid))
+    return best_pre, best_suf
+
+
+# Samples per step of a one-feature regression sweep (`_sse_chunked`), unrolled in the
+# step (measured with `python -m qbnb_jax.bench_batch --source concrete`).
+SSE_CHUNK = 4
+
+
+def _sse_chunks(valid: Array, U: int) -> tuple[Array, Array, Array, Array]:
+    """One feature's positions `(n,)` in chunks of at most U consecutive ones, each
+    ending at a valid position, before a multiple of U, or at the end: the chunks'
+    `starts` and `lengths` `(n,)` (past the last chunk: start n, length 0), whether
+    each ends at a valid position, and `count`, the chunks up to the last valid
+    position (none past it is scored)."""
+    n = valid.shape[0]
+    i = jnp.arange(n)
+    first = (i % U == 0) | jnp.concatenate([jnp.zeros(1, bool), valid[:-1]])
+    starts = jnp.nonzero(first, size=n, fill_value=n)[0]
+    ends = jnp.concatenate([starts[1:], jnp.full(1, n, starts.dtype)])
+    scored = valid[jnp.clip(ends - 1, 0, n - 1)] & (starts < n)
+    chunk = jnp.cumsum(first) - 1  # integers: exact in any order
+    last = jnp.max(jnp.where(valid, i, -1))
+    count = jnp.where(last >= 0, chunk[jnp.maximum(last, 0)] + 1, 0)
+    return starts, ends - starts, scored, count
+
+
+def _sse_chunked(xs: Array, keys: Array, valid: Array, lane_cuts: Array
+                 ) -> tuple[Array, Array]:
+    """`_sse_stepwise` for one feature (`xs` `(n, C, Q)`, `keys` `(n, S)`, `valid`
+    `(n,)`), SSE_CHUNK samples per step: each step reads and writes the lanes' running
+    sums once for several samples, and the second pass steps from one valid position
+    to the next (a chunk ends at each), so most steps score and the invalid positions
+    cost no step of their own. The samples are added one at a time in the same order
+    (a masked-off sample adds an exact zero), so the sums and scores are the same
+    floats."""
+    U = SSE_CHUNK
+    dtype = xs.dtype
+    n, C, Q = xs.shape
+    S, K, _ = lane_cuts.shape
+    zero = jnp.zeros((), dtype)
+    # zero samples past the end: whole chunks for the first pass, whole windows for
+    # the second
+    xs = jnp.concatenate([xs, jnp.zeros((U + (-n) % U, C, Q), dtype)])
+    keys = jnp.concatenate([keys, jnp.zeros((U + (-n) % U, S), keys.dtype)])
+
+    def add(left, x, key, keep=True):  # left: C x (S, K, Q); x: (C, Q); key: (S,)
+        inside = (key[:, None, None] < lane_cuts) & keep
+        return tuple(a + jnp.where(inside, x[c][None, None, :], zero)
+                     for c, a in enumerate(left))
+
+    empty = tuple(jnp.zeros((S, K, Q), dtype) for _ in range(C))
+    m = -(-n // U)
+    # sample u of each chunk as its own array: XLA vectorises the step's fusions over
+    # lanes then (slices of one (m, U, ...) array made it loop over scalars)
+    by_u = tuple(xs[u : u + m * U : U] for u in range(U)), tuple(
+        keys[u : u + m * U : U] for u in range(U))
+
+    def first_pass(carry, step):
+        left, total = carry
+        for x, key in zip(*step):
+            left, total = add(left, x, key), total + x
+        return (left, total), None
+
+    (pre_scan, whole), _ = jax.lax.scan(first_pass, (empty, jnp.zeros((C, Q), dtype)), by_u)
+    suf_scan = tuple(whole[c][None, None, :] - pre_scan[c] for c in range(C))
+    starts, lengths, scored, count = _sse_chunks(valid, U)
+
+    def second_pass(t, carry):
+        left, total, best_pre, best_suf = carry
+        for u in range(U):
+            x = jax.lax.dynamic_index_in_dim(xs, starts[t] + u, keepdims=False)
+            key = jax.lax.dynamic_index_in_dim(keys, starts[t] + u, keepdims=False)
+            keep = u < lengths[t]
+            left, total = add(left, x, key, keep), total + jnp.where(keep, x, zero)
+
+        def score(bests):
+            right = tuple(total[c][None, None, :] - left[c] for c in range(C))
+            return (jnp.maximum(bests[0], _sse_grid_score(left, pre_scan)),
+                    jnp.maximum(bests[1], _sse_grid_score(right, suf_scan)))
+
+        # a chunk cut short of a valid position (runs of tied values) is not scored
+        best_pre, best_suf = jax.lax.cond(scored[t], score, lambda bests: bests,
+                                          (best_pre, best_suf))
+        return left, total, best_pre, best_suf
+
+    # position 0, the empty left part, is always valid
+    start = (empty, jnp.zeros((C, Q), dtype), _sse_grid_score(empty, pre_scan),
+             _sse_grid_score(empty, suf_scan))
+    _, _, best_pre, best_suf = jax.lax.fori_loop(0, count, second_pass, start)
+    return best_pre, best_suf
+
+
+def _sse_grid(
+    data: SweepData, first: Array, slot_f0: Array, feature: Array, cuts: Array
+) -> tuple[Array, Array]:
+    """`sweep_grid` for regression sums (`grid_scan` `(p, n, S, G)`, floats)."""
+    Q = cuts.shape[2]
+    xs, keys, valid, problem, key_dtype = _grid_inputs(data, first, slot_f0, feature, Q)
+    lane_cuts = cuts.astype(key_dtype)
+    if xs.shape[2] == 1:  # one feature's order: steps of up to SSE_CHUNK samples
+        best_pre, best_suf = _sse_chunked(xs[:, :, 0], keys[:, 0], valid[:, 0], lane_cuts)
+        best_pre, best_suf = best_pre[None], best_suf[None]
+    else:
+        best_pre, best_suf = _sse_stepwise(xs, keys, valid, lane_cuts)
     pre_tot = data.root_cum[problem[None, None, :], slot_f0[:, None, None], cuts, -1]  # S K Q
     suf_tot = data.root_cum[problem[None, None, :], slot_f0[:, None, None], -1, -1] - pre_tot
     return pre_tot[None] - best_pre, suf_tot[None] - best_suf

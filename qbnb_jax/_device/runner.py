@@ -70,6 +70,11 @@ GRID_CARRY_BYTES = 1 << 17
 # The same for regression lanes, which chunk their root-feature slots too (measured
 # with `python -m qbnb_jax.bench_batch --source concrete`).
 SSE_GRID_CARRY_BYTES = 1 << 19
+# XLA's CPU backend vectorises for 256-bit registers unless told otherwise: regression
+# lanes compiled for 512 (where the CPU has them; elsewhere LLVM splits them) cost
+# about a third less per lane-sample (measured with `python -m qbnb_jax.bench_batch
+# --source concrete`). Each lane's operations are the same, so are its floats.
+SSE_GRID_COMPILER_OPTIONS = {"xla_cpu_prefer_vector_width": "512"}
 
 _COMPILED: dict[tuple, object] = {}
 _COMPILE_LOCK = threading.Lock()
@@ -230,20 +235,20 @@ class KernelRunner:
     def _rows_of(self, problem, rows: int) -> np.ndarray:
         return np.full(rows, self.problem_index, np.int32) if problem is None else problem
 
-    def _executable(self, name: str, fn, args: tuple, statics: dict):
+    def _executable(self, name: str, fn, args: tuple, statics: dict, options=None):
         key = (name, self._data_key, tuple(a.shape for a in args[1:]), tuple(statics.items()),
                jax.device_count())
         exe = _COMPILED.get(key)
         if exe is not None:
             return exe
         with _COMPILE_LOCK:  # threads needing the same executable compile it once
-            return self._compile(key, fn, args, statics)
+            return self._compile(key, fn, args, statics, options)
 
-    def _compile(self, key, fn, args, statics):
+    def _compile(self, key, fn, args, statics, options=None):
         exe = _COMPILED.get(key)
         if exe is None:
             start = time.perf_counter()
-            exe = fn.lower(*args, **statics).compile()
+            exe = fn.lower(*args, **statics).compile(compiler_options=options)
             self.counters.add(compile_seconds=time.perf_counter() - start, compiles=1)
             _COMPILED[key] = exe
         return exe
@@ -471,7 +476,9 @@ class KernelRunner:
         step = self._grid_slot_chunk(slots, width * lanes)
         args = (data, plan.first[0], slot_f0[:step], features[0],
                 place(lane_cuts[0, :step], 2))
-        exe = self._executable("grid", sweep_grid, args, {})
+        options = (SSE_GRID_COMPILER_OPTIONS if self.data.loss_kind == "sse"
+                   and jax.default_backend() == "cpu" else None)
+        exe = self._executable("grid", sweep_grid, args, {}, options)
         # each row's K cuts (K = 1: one cut, repeated) as flat indices of a block's
         # [feature column, slot, cut, lane] output: one np.take per output (far cheaper
         # than a fancy index)

@@ -160,11 +160,15 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
             positions[b0 : b0 + len(group)] = at
             losses[b0 : b0 + len(group)] = best
             continue
-        if stats.dtype.kind == "f":  # float sums: each as `stump_losses` forms it
+        if first.loss_kind == "sse":  # only the two-class form reads the set's total
+            total = None
+        elif stats.dtype.kind == "f":  # float sums: each as `stump_losses` forms it
             total = np.array([set_total(pr.stats, pr.weight) for pr in group])[:, None, None]
         else:
             total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
-        loss = split_losses(stats[:, first.perm], total, first.loss_kind)  # (B, p, n+1)
+        # a take along the sample axis: the same entries as `stats[:, perm]`, faster
+        loss = split_losses(np.take(stats, first.perm, axis=1), total,
+                            first.loss_kind)  # (B, p, n+1)
         loss = np.where(valid, loss, np.inf)
         at = np.argmin(loss, axis=2)
         positions[b0 : b0 + len(group)] = at
@@ -421,7 +425,9 @@ def depth2_cuts_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: 
                 np.take_along_axis(by_class, first.perm[f][:, None], axis=2))
             return valid_argmin(loss, cut_valid[q, f])[0]
         masked = np.where(mask[..., None], stats, 0)
-        if stats.dtype.kind == "f":  # as `stump_losses` sums each set
+        if problems[q[0]].loss_kind == "sse":  # only the two-class form reads the total
+            total = None
+        elif stats.dtype.kind == "f":  # as `stump_losses` sums each set
             total = np.array([set_total(m, w) for m, w in zip(masked, weight)])[:, None]
         else:
             total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
