@@ -770,16 +770,17 @@ def _channels_major_full_rows(
     whole (row, cut) slabs rather than reductions over a short last axis: the vmapped
     `_full_row` spent most of its time on those. Every running sum is formed in the
     order `_full_row`'s sequential plan forms it (float weights too), so the sums are
-    the same numbers.
+    the same numbers. The running total of all the row's samples (`full_scan`, a
+    sequential cumsum of the same values in the same order) is carried rather than
+    read: streaming a gathered `(n, S, R)` copy of it cost up to half the sweep.
     """
     lay = data.layout_of[problem]  # (R,)
     key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
     values = data.sorted_scan[problem, f]  # (R, n, S)
     valid = data.cut_valid[lay, f, 1:]  # (R, n)
-    full = data.full_scan[problem, f, 1:]  # (R, n, S): every sample of the row's order
     dtype = values.dtype
     xs = (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key, (1, 0)),
-          jnp.transpose(full, (1, 2, 0)), jnp.transpose(valid, (1, 0)))
+          jnp.transpose(valid, (1, 0)))
     zero = jnp.zeros((), dtype)
 
     def add_sample(left, value, k):
@@ -793,27 +794,29 @@ def _channels_major_full_rows(
         low = jnp.asarray(jnp.iinfo(dtype).min, dtype)
     else:  # float weights: the prefix sets' totals summed in the scan's own order
         pre_scan = jax.lax.scan(lambda left, x: (add_sample(left, x[0], x[1]), None),
-                                jnp.zeros((full.shape[-1], *cuts.shape), dtype),
+                                jnp.zeros((values.shape[-1], *cuts.shape), dtype),
                                 xs[:2])[0]
         low = jnp.asarray(-jnp.inf, dtype)
-    suf_scan = jnp.transpose(full[:, -1], (1, 0))[..., None] - pre_scan
+    whole = jnp.transpose(data.full_scan[problem, f, -1], (1, 0))  # (S, R): all samples
+    suf_scan = whole[..., None] - pre_scan
 
     def step(carry, sample):
-        left, best_pre, best_suf = carry  # (S, R, K), (R, K), (R, K)
-        value, k, whole, ok = sample  # (S, R), (R,), (S, R), (R,)
+        left, total, best_pre, best_suf = carry  # (S, R, K), (S, R), (R, K), (R, K)
+        value, k, ok = sample  # (S, R), (R,), (R,)
         left = add_sample(left, value, k)
-        right = whole[..., None] - left  # the suffix set's samples up to this position
+        total = total + value  # `full_scan` at this position, summed in its order
+        right = total[..., None] - left  # the suffix set's samples up to this position
         score_pre = _channels_major_score(data, left, pre_scan)
         score_suf = _channels_major_score(data, right, suf_scan)
         best_pre = jnp.maximum(best_pre, jnp.where(ok[:, None], score_pre, low))
         best_suf = jnp.maximum(best_suf, jnp.where(ok[:, None], score_suf, low))
-        return (left, best_pre, best_suf), None
+        return (left, total, best_pre, best_suf), None
 
     # position 0, the empty left part, is always valid
     empty = jnp.zeros_like(pre_scan)
-    start = (empty, _channels_major_score(data, empty, pre_scan),
+    start = (empty, jnp.zeros_like(whole), _channels_major_score(data, empty, pre_scan),
              _channels_major_score(data, empty, suf_scan))
-    (_, prefix, suffix), _ = jax.lax.scan(step, start, xs)
+    (_, _, prefix, suffix), _ = jax.lax.scan(step, start, xs)
     pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, C)
     suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
