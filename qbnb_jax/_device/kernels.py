@@ -741,21 +741,43 @@ def sweeps_channels_major(data: SweepData) -> bool:
             and data.length < BLOCKED_FROM)
 
 
-def _explained(part) -> Array:
-    """`|S1|^2 / S0` of channels-first regression sums `part` (an array or a tuple of
-    channels), the targets summed in a fixed order: the lane sweeps (`_sse_grid`) form
-    the same floats as the row sweeps through this one function."""
-    s0 = part[0]
-    squares = part[1] ** 2
+def _sse_gain(part, total) -> Array:
+    """Gain of splitting a set of channels-first regression sums `total` (an array or a
+    tuple of channels [S0, S1_1..S1_T]) into `part` and the rest `r = total - part`:
+    `sum_t (part_t r_0 - r_t part_0)^2 / (part_0 r_0)`, 0 where a part is empty.
+
+    It is `(|S1_l|^2 / S0_l + |S1_r|^2 / S0_r - |S1|^2 / S0) S0`, so the set's best stump
+    loss is `_sse_loss` of its best gain: one division per scored split rather than
+    two, and no cancellation between large explained sums (docs/design.md, "Regression
+    scores", bounds its rounding). The lane sweeps (`_sse_grid`) form the same floats
+    as the row sweeps through this one function.
+    """
+    rest = [t - a for t, a in zip(total, part)]
+    l0, r0 = part[0], rest[0]
+    cross = part[1] * r0 - rest[1] * l0
+    squares = cross * cross
     for c in range(2, len(part)):
-        squares = squares + part[c] ** 2
-    return jnp.where(s0 > 0, squares / jnp.where(s0 > 0, s0, 1), 0)
+        cross = part[c] * r0 - rest[c] * l0
+        squares = squares + cross * cross
+    den = l0 * r0
+    return jnp.where(den > 0, squares / jnp.where(den > 0, den, 1), 0)
+
+
+def _sse_loss(squares, sums, gain) -> Array:
+    """Best stump loss `S2 - (|S1|^2 + gain) / S0` of sets with summed squares `squares`,
+    channels-first sums `sums` [S0, S1_1..S1_T] and best split `gain` (`_sse_gain`)."""
+    s0 = sums[0]
+    top = sums[1] ** 2
+    for c in range(2, len(sums)):
+        top = top + sums[c] ** 2
+    return squares - jnp.where(s0 > 0, (top + gain) / jnp.where(s0 > 0, s0, 1), 0)
 
 
 def _channels_major_score(data: SweepData, left: Array, total: Array) -> Array:
-    """`_score` with the channels first: `left`, `total` `(S, ...)`."""
+    """`_score` with the channels first: `left`, `total` `(S, ...)`; for regression the
+    split's gain (`_sse_gain`) rather than its explained sum."""
     if data.loss_kind == "sse":
-        return _explained(left) + _explained(total - left)
+        return _sse_gain(left, total)
     return jnp.max(left, axis=0) + jnp.max(total - left, axis=0)
 
 
@@ -819,6 +841,9 @@ def _channels_major_full_rows(
     (_, _, prefix, suffix), _ = jax.lax.scan(step, start, xs)
     pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, C)
     suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot
+    if data.loss_kind == "sse":
+        return (_sse_loss(pre_tot[..., -1], pre_scan, prefix),
+                _sse_loss(suf_tot[..., -1], suf_scan, suffix))
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
@@ -1034,13 +1059,8 @@ def _class_grid(
 # `_channels_major_full_rows` forms it on the sequential plan: the prefix sets' totals by
 # a first pass over f's order (adding exact zeros outside the set), the suffix set's
 # partial sums as the running total of f's order (`full_scan`, a sequential cumsum) minus
-# the prefix set's, and the scores by `_channels_major_score`'s operations. The losses are
-# then the same floats, bit for bit.
-
-
-def _sse_grid_score(left: tuple, total: tuple) -> Array:
-    rest = tuple(t - a for t, a in zip(total, left))
-    return _explained(left) + _explained(rest)
+# the prefix set's, and the gains and losses by `_sse_gain` and `_sse_loss`. The losses
+# are then the same floats, bit for bit.
 
 
 def _sse_grid(
@@ -1082,8 +1102,8 @@ def _sse_grid(
         def scored(bests):
             right = tuple(total[c][:, None, None, :] - left[c] for c in range(C))
             at = ok[:, None, None, None]
-            return (jnp.maximum(bests[0], jnp.where(at, _sse_grid_score(left, pre_scan), low)),
-                    jnp.maximum(bests[1], jnp.where(at, _sse_grid_score(right, suf_scan), low)))
+            return (jnp.maximum(bests[0], jnp.where(at, _sse_gain(left, pre_scan), low)),
+                    jnp.maximum(bests[1], jnp.where(at, _sse_gain(right, suf_scan), low)))
 
         # Tied values leave most positions invalid (a feature of a few hundred values):
         # their divisions are skipped, not masked.
@@ -1092,9 +1112,10 @@ def _sse_grid(
         return (left, total, best_pre, best_suf), None
 
     # position 0, the empty left part, is always valid
-    start = (empty, jnp.zeros((C, F, Q), dtype), _sse_grid_score(empty, pre_scan),
-             _sse_grid_score(empty, suf_scan))
+    start = (empty, jnp.zeros((C, F, Q), dtype), _sse_gain(empty, pre_scan),
+             _sse_gain(empty, suf_scan))
     (_, _, best_pre, best_suf), _ = jax.lax.scan(second_pass, start, (xs, keys, valid))
     pre_tot = data.root_cum[problem[None, None, :], slot_f0[:, None, None], cuts, -1]  # S K Q
     suf_tot = data.root_cum[problem[None, None, :], slot_f0[:, None, None], -1, -1] - pre_tot
-    return pre_tot[None] - best_pre, suf_tot[None] - best_suf
+    return (_sse_loss(pre_tot[None], pre_scan, best_pre),
+            _sse_loss(suf_tot[None], suf_scan, best_suf))

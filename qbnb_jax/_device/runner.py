@@ -59,7 +59,7 @@ GRID_MIN_PROBLEMS = 32
 # with `python -m qbnb_jax.bench_batch`): the grid may compute up to this many times the
 # elements the rows ask for, as it does when a problem has few tuples left.
 GRID_ADVANTAGE = 16
-# Regression lanes divide four times per lane-sample, as rows do per cut-sample, and
+# Regression lanes divide twice per lane-sample, as rows do per cut-sample, and
 # sweep the zero-weight samples rows skip: a far smaller advantage.
 SSE_GRID_ADVANTAGE = 8
 # Bytes of running sums per `sweep_grid` call (a share of a core's L2 cache; measured
