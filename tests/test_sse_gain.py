@@ -4,6 +4,7 @@ and no overflow where the caller's units would square a large total weight."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -44,7 +45,7 @@ def hard_problem(seed: int, n: int, targets: int, weighted: bool):
 
 
 @pytest.mark.parametrize("seed, targets, weighted", [(0, 1, False), (1, 1, True), (2, 2, True)])
-def test_gain_losses_match_extended_precision(seed, targets, weighted):
+def test_gain_losses_match_extended_precision(monkeypatch, seed, targets, weighted):
     """The row sweep's losses (gain form) against extended-precision sums: off by no
     more than the two-division score of the per-row sweep (`_full_row`), give or take
     a few ulps of each set's summed squares, and far below the tolerance `1e-12 scale`
@@ -62,7 +63,10 @@ def test_gain_losses_match_extended_precision(seed, targets, weighted):
         data = SweepData.from_problem(problem)
         assert _kernels.sweeps_channels_major(data)
         gain = [np.asarray(a) for a in sweep_full(data, problem_of, f0, f, cuts)]
-        per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))
+        # the per-row sweep reads `full_scan`, which the parallel plan's data keeps
+        monkeypatch.setenv("QBNB_JAX_PLAN", "parallel")
+        rows_data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
+        per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, rows_data)))
         explained = [np.asarray(a) for a in per_row(problem_of, f0, f, cuts)]
     scale = float(problem.stats[:, -1].sum())
     eps = np.finfo(float).eps

@@ -64,7 +64,9 @@ class SweepData(eqx.Module):
       stays O(L p n): no table per (f0, f) pair is ever stored.
     - `sorted_scan`: `(P, p, n, S)`, scanned channels in each feature's order.
     - `full_scan`: `(P, p, n+1, S)`, their cumulative sums (leading zero row); empty
-      `(P, p, 1, S)` for two-class counts, whose sweeps never read it.
+      `(P, p, 1, S)` for two-class counts, whose sweeps never read it, and for
+      regression on the sequential plan (`_channels_major_full_rows` and `_sse_grid`
+      form their running sums themselves).
     - `root_cum`: `(P, p, n+1, C)`, cumulative stat vectors in each feature's order;
       integer counts keep one channel, their summed weight (C = 1).
     - `scan`: `(P, n, S)`, scanned channels in sample order.
@@ -187,9 +189,14 @@ class SweepData(eqx.Module):
         if stat_tables is not None:
             tables = dict(stat_tables)
         else:
+            # Regression rows on the sequential plan (`_channels_major_full_rows`) and
+            # regression lanes form every running sum themselves: no `full_scan`.
+            full_sums = not (first.loss_kind == "sse" and plan == "sequential"
+                             and n_pad < BLOCKED_FROM)
             tables = _stat_tables([pr.stats for pr in problems], perm, layout_of, bucket,
                                   binary=binary, loss_kind=first.loss_kind,
-                                  field_bits=field_bits, scan_dtype=scan_dtype)
+                                  field_bits=field_bits, scan_dtype=scan_dtype,
+                                  full_sums=full_sums)
         class_order = (first.loss_kind == "count" and first.n_channels >= CLASS_ORDER_FROM
                        and plan == "sequential" and n_pad < BLOCKED_FROM)
         if class_order:
@@ -269,14 +276,15 @@ def aligned_zeros(shape: tuple, dtype) -> np.ndarray:
 
 def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarray,
                  bucket: int, *, binary: bool, loss_kind: str, field_bits: int,
-                 scan_dtype) -> dict[str, np.ndarray]:
+                 scan_dtype, full_sums: bool = True) -> dict[str, np.ndarray]:
     """Host stat tables of `SweepData`; problem i is laid out as `perm[layout_of[i]]`.
 
     Built for all problems at once (stats padded with zero samples, as the layouts
     are), then padded with all-zero problems up to `bucket`. Integer counts keep one
     channel of `root_cum`, the summed weight, which is all their set totals need (a
     loss is total weight minus a score), and two-class counts, whose sweeps never read
-    `full_scan`, get an empty one: for large batches these tables are the largest host
+    `full_scan`, get an empty one, as does regression without `full_sums` (the sweeps
+    that read it are not used): for large batches these tables are the largest host
     cost.
     """
     count = len(stats)
@@ -334,8 +342,8 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
         return out
 
     sorted_scan = in_order(scan, bucket)  # padding problems stay zero
-    if binary and integer_counts:
-        full_scan = np.zeros((bucket, p, 1, 1), dtype=scan.dtype)
+    if binary and integer_counts or not full_sums:
+        full_scan = np.zeros((bucket, p, 1, scan.shape[-1]), dtype=scan.dtype)
     else:
         full_scan = cumulative(sorted_scan[:count])
     scan_padded = aligned_zeros((bucket, *scan.shape[1:]), scan.dtype)
@@ -555,6 +563,13 @@ BLOCKED_FROM = 1 << 17
 FULL_BLOCK = 4096
 
 
+def _check_full_scan(data: SweepData) -> None:
+    """Refuse, when tracing, a sweep that reads `full_scan` where the data left it
+    empty (regression data built for the sequential plan below BLOCKED_FROM)."""
+    if data.full_scan.shape[2] != data.length + 1:
+        raise ValueError("this SweepData has no full_scan: build it for this plan")
+
+
 def _blocked_full_row(
     data: SweepData, i: Array, f0: Array, f: Array, cuts: Array
 ) -> tuple[Array, Array]:
@@ -565,6 +580,7 @@ def _blocked_full_row(
     from a running carry and reduced to the best score at once, so the intermediates
     stay in cache. The same scores, summed in another order.
     """
+    _check_full_scan(data)
     n = data.length
     S = data.sorted_scan.shape[-1]
     lay = data.layout_of[i]
@@ -608,6 +624,7 @@ def _blocked_full_row(
 def _full_row(data: SweepData, i: Array, f0: Array, f: Array, cuts: Array) -> tuple[Array, Array]:
     if data.binary and jnp.issubdtype(data.sorted_scan.dtype, jnp.integer):
         return _binary_full_row(data, i, f0, f, cuts)
+    _check_full_scan(data)
     if data.length >= BLOCKED_FROM and data.length % FULL_BLOCK == 0:
         return _blocked_full_row(data, i, f0, f, cuts)
     lay = data.layout_of[i]
@@ -814,12 +831,18 @@ def _channels_major_full_rows(
                            dtype=dtype)  # (R, K, S)
         pre_scan = jnp.transpose(pre_scan, (2, 0, 1))  # (S, R, K)
         low = jnp.asarray(jnp.iinfo(dtype).min, dtype)
-    else:  # float weights: the prefix sets' totals summed in the scan's own order
-        pre_scan = jax.lax.scan(lambda left, x: (add_sample(left, x[0], x[1]), None),
-                                jnp.zeros((values.shape[-1], *cuts.shape), dtype),
-                                xs[:2])[0]
+        whole = jnp.transpose(data.full_scan[problem, f, -1], (1, 0))  # (S, R): all samples
+    else:  # float weights: the prefix sets' totals summed in the scan's own order, and
+        # the row's total in `full_scan`'s (a sequential cumsum of the same values)
+        def first_pass(carry, x):
+            left, total = carry
+            return (add_sample(left, x[0], x[1]), total + x[0]), None
+
+        S = values.shape[-1]
+        (pre_scan, whole), _ = jax.lax.scan(
+            first_pass, (jnp.zeros((S, *cuts.shape), dtype), jnp.zeros((S, len(f)), dtype)),
+            xs[:2])
         low = jnp.asarray(-jnp.inf, dtype)
-    whole = jnp.transpose(data.full_scan[problem, f, -1], (1, 0))  # (S, R): all samples
     suf_scan = whole[..., None] - pre_scan
 
     def step(carry, sample):
