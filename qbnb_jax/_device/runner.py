@@ -120,6 +120,14 @@ def _accelerator_free_bytes() -> int:
     return max(0, int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
 
 
+def _zero_padded(a: np.ndarray, rows: int) -> np.ndarray:
+    """`a` as int32 with zero rows appended up to `rows` (`np.pad`'s result; np.pad
+    costs tens of microseconds a call in Python, and a deep search pads ~10^3 times)."""
+    out = np.zeros((rows, *a.shape[1:]), dtype=np.int32)
+    out[: len(a)] = a
+    return out
+
+
 def pow2_at_least(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
@@ -305,9 +313,7 @@ class KernelRunner:
                     [block, np.repeat(block[:, -1:], cut_block - width, axis=1)], axis=1
                 )
             padded_rows = -(-rows // chunk) * chunk
-            padded = [
-                np.pad(a, (0, padded_rows - rows)).astype(np.int32) for a in row_arrays
-            ] + [np.pad(block, ((0, padded_rows - rows), (0, 0))).astype(np.int32)]
+            padded = [_zero_padded(a, padded_rows) for a in (*row_arrays, block)]
             first = (data, *place(tuple(a[:chunk] for a in padded)))
             stop()
             exe = self._executable(name, fn, first, extra_statics)
