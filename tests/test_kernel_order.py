@@ -129,15 +129,18 @@ def test_sweep_full_equals_reference(kind, seed, n):
 
 
 @pytest.mark.parametrize("kind", ["multi-class", "weighted", "sse", "sse-2"])
-def test_channels_major_sweep_equals_the_row_sweep(kind):
+def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, kind):
     """The all-rows channels-major sweep gives the numbers of the per-row sweep it
-    replaced on the sequential plan: the same for class counts and weights and one
-    target; several targets' squares may be summed in another order."""
+    replaced on the sequential plan: the same for class counts and weights; regression
+    scores a split by its gain (`_sse_gain`, one division), so its losses agree to
+    rounding (docs/design.md, "Regression scores")."""
     problem = ordered_problem(5, 150, 4, kind)
     rng = np.random.default_rng(6)
     f0, f, _, _, cuts = random_rows(rng, problem, 16, 4)
     cuts = np.clip(cuts, 0, problem.n)
     rows = np.zeros_like(f0)
+    if kind.startswith("sse"):  # the parallel plan's data keeps regression's `full_scan`
+        monkeypatch.setenv("QBNB_JAX_PLAN", "parallel")
     with jax.enable_x64(True):
         data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
         per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))
@@ -145,7 +148,7 @@ def test_channels_major_sweep_equals_the_row_sweep(kind):
         want = per_row(rows, f0, f, cuts)
         got = channels_major(rows, f0, f, cuts)
     for a, b in zip(got, want):
-        if kind == "sse-2":
+        if kind.startswith("sse"):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-13,
                                        atol=1e-13 * float(problem.stats[:, -1].sum()))
         else:
@@ -199,8 +202,10 @@ def test_window_sweeps_equal_reference(kind):
 
 @pytest.mark.parametrize("kind", BLOCKED_KINDS)
 def test_blocked_full_sweep_equals_reference(monkeypatch, kind):
-    """The large-n path (`_blocked_full_row`), at small n with small blocks."""
+    """The large-n path (`_blocked_full_row`), at small n with small blocks (and its
+    tables: regression keeps `full_scan` from BLOCKED_FROM on)."""
     monkeypatch.setattr(_kernels, "FULL_BLOCK", 64)
+    monkeypatch.setattr(_kernels, "BLOCKED_FROM", 64)
     problem = ordered_problem(5, 250, 3, kind)
     rng = np.random.default_rng(6)
     f0, f, _, _, cuts = random_rows(rng, problem, 8, 4)
@@ -308,8 +313,11 @@ def _kernel_jaxprs(monkeypatch):
             out[f"gathered {kind}"] = jax.make_jaxpr(
                 functools.partial(sweep_gathered, length=64))(data, *rows, lo, hi, cuts)
             if kind in BLOCKED_KINDS:
+                with monkeypatch.context() as patch:  # the large-n tables (`full_scan`)
+                    patch.setattr(_kernels, "BLOCKED_FROM", 64)
+                    blocked = SweepData.from_problem(problem)
                 out[f"blocked {kind}"] = jax.make_jaxpr(jax.vmap(functools.partial(
-                    _kernels._blocked_full_row, data)))(*rows, cuts)
+                    _kernels._blocked_full_row, blocked)))(*rows, cuts)
             limited = dataclasses.replace(problem, leaf_limits=LeafLimits(3, 0.5))
             out[f"limited {kind}"] = jax.make_jaxpr(sweep_limited)(
                 limit_data([limited], data), *rows, cuts)

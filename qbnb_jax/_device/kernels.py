@@ -64,7 +64,9 @@ class SweepData(eqx.Module):
       stays O(L p n): no table per (f0, f) pair is ever stored.
     - `sorted_scan`: `(P, p, n, S)`, scanned channels in each feature's order.
     - `full_scan`: `(P, p, n+1, S)`, their cumulative sums (leading zero row); empty
-      `(P, p, 1, S)` for two-class counts, whose sweeps never read it.
+      `(P, p, 1, S)` for two-class counts, whose sweeps never read it, and for
+      regression on the sequential plan (`_channels_major_full_rows` and `_sse_grid`
+      form their running sums themselves).
     - `root_cum`: `(P, p, n+1, C)`, cumulative stat vectors in each feature's order;
       integer counts keep one channel, their summed weight, and regression sums one,
       their summed w |y|^2 (C = 1): all a set's loss needs besides its score.
@@ -193,9 +195,14 @@ class SweepData(eqx.Module):
         if stat_tables is not None:
             tables = dict(stat_tables)
         else:
+            # Regression rows on the sequential plan (`_channels_major_full_rows`) and
+            # regression lanes form every running sum themselves: no `full_scan`.
+            full_sums = not (first.loss_kind == "sse" and plan == "sequential"
+                             and n_pad < BLOCKED_FROM)
             tables = _stat_tables([pr.stats for pr in problems], perm, layout_of, bucket,
                                   binary=binary, loss_kind=first.loss_kind,
-                                  field_bits=field_bits, scan_dtype=scan_dtype)
+                                  field_bits=field_bits, scan_dtype=scan_dtype,
+                                  full_sums=full_sums)
         class_order = (first.loss_kind == "count" and first.n_channels >= CLASS_ORDER_FROM
                        and plan == "sequential" and n_pad < BLOCKED_FROM)
         if class_order:
@@ -281,15 +288,16 @@ def aligned_zeros(shape: tuple, dtype) -> np.ndarray:
 
 def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarray,
                  bucket: int, *, binary: bool, loss_kind: str, field_bits: int,
-                 scan_dtype) -> dict[str, np.ndarray]:
+                 scan_dtype, full_sums: bool = True) -> dict[str, np.ndarray]:
     """Host stat tables of `SweepData`; problem i is laid out as `perm[layout_of[i]]`.
 
     Built for all problems at once (stats padded with zero samples, as the layouts
     are), then padded with all-zero problems up to `bucket`. Integer counts keep one
     channel of `root_cum`, the summed weight, which is all their set totals need (a
     loss is total weight minus a score), regression sums likewise their S2 channel,
-    and two-class counts, whose sweeps never read
-    `full_scan`, get an empty one: for large batches these tables are the largest host
+    and two-class counts, whose sweeps never read `full_scan`, get an empty one, as
+    does regression without `full_sums` (the sweeps that read it are not used): for
+    large batches these tables are the largest host
     cost.
     """
     count = len(stats)
@@ -349,8 +357,8 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
         return out
 
     sorted_scan = in_order(scan, bucket)  # padding problems stay zero
-    if binary and integer_counts:
-        full_scan = np.zeros((bucket, p, 1, 1), dtype=scan.dtype)
+    if binary and integer_counts or not full_sums:
+        full_scan = np.zeros((bucket, p, 1, scan.shape[-1]), dtype=scan.dtype)
     else:
         full_scan = cumulative(sorted_scan[:count])
     scan_padded = aligned_zeros((bucket, *scan.shape[1:]), scan.dtype)
@@ -587,6 +595,13 @@ BLOCKED_FROM = 1 << 17
 FULL_BLOCK = 4096
 
 
+def _check_full_scan(data: SweepData) -> None:
+    """Refuse, when tracing, a sweep that reads `full_scan` where the data left it
+    empty (regression data built for the sequential plan below BLOCKED_FROM)."""
+    if data.full_scan.shape[2] != data.length + 1:
+        raise ValueError("this SweepData has no full_scan: build it for this plan")
+
+
 def _blocked_full_row(
     data: SweepData, i: Array, f0: Array, f: Array, cuts: Array
 ) -> tuple[Array, Array]:
@@ -597,6 +612,7 @@ def _blocked_full_row(
     from a running carry and reduced to the best score at once, so the intermediates
     stay in cache. The same scores, summed in another order.
     """
+    _check_full_scan(data)
     n = data.length
     S = data.sorted_scan.shape[-1]
     lay = data.layout_of[i]
@@ -640,6 +656,7 @@ def _blocked_full_row(
 def _full_row(data: SweepData, i: Array, f0: Array, f: Array, cuts: Array) -> tuple[Array, Array]:
     if data.binary and jnp.issubdtype(data.sorted_scan.dtype, jnp.integer):
         return _binary_full_row(data, i, f0, f, cuts)
+    _check_full_scan(data)
     if data.length >= BLOCKED_FROM and data.length % FULL_BLOCK == 0:
         return _blocked_full_row(data, i, f0, f, cuts)
     lay = data.layout_of[i]
@@ -787,21 +804,43 @@ def sweeps_class_lanes(data: SweepData) -> bool:
             and not data.field_bits and data.length < BLOCKED_FROM)
 
 
-def _explained(part) -> Array:
-    """`|S1|^2 / S0` of channels-first regression sums `part` (an array or a tuple of
-    channels), the targets summed in a fixed order: the lane sweeps (`_sse_grid`) form
-    the same floats as the row sweeps through this one function."""
-    s0 = part[0]
-    squares = part[1] ** 2
+def _sse_gain(part, total) -> Array:
+    """Gain of splitting a set of channels-first regression sums `total` (an array or a
+    tuple of channels [S0, S1_1..S1_T]) into `part` and the rest `r = total - part`:
+    `sum_t (part_t r_0 - r_t part_0)^2 / (part_0 r_0)`, 0 where a part is empty.
+
+    It is `(|S1_l|^2 / S0_l + |S1_r|^2 / S0_r - |S1|^2 / S0) S0`, so the set's best stump
+    loss is `_sse_loss` of its best gain: one division per scored split rather than
+    two, and no cancellation between large explained sums (docs/design.md, "Regression
+    scores", bounds its rounding). The lane sweeps (`_sse_grid`) form the same floats
+    as the row sweeps through this one function.
+    """
+    rest = [t - a for t, a in zip(total, part)]
+    l0, r0 = part[0], rest[0]
+    cross = part[1] * r0 - rest[1] * l0
+    squares = cross * cross
     for c in range(2, len(part)):
-        squares = squares + part[c] ** 2
-    return jnp.where(s0 > 0, squares / jnp.where(s0 > 0, s0, 1), 0)
+        cross = part[c] * r0 - rest[c] * l0
+        squares = squares + cross * cross
+    den = l0 * r0
+    return jnp.where(den > 0, squares / jnp.where(den > 0, den, 1), 0)
+
+
+def _sse_loss(squares, sums, gain) -> Array:
+    """Best stump loss `S2 - (|S1|^2 + gain) / S0` of sets with summed squares `squares`,
+    channels-first sums `sums` [S0, S1_1..S1_T] and best split `gain` (`_sse_gain`)."""
+    s0 = sums[0]
+    top = sums[1] ** 2
+    for c in range(2, len(sums)):
+        top = top + sums[c] ** 2
+    return squares - jnp.where(s0 > 0, (top + gain) / jnp.where(s0 > 0, s0, 1), 0)
 
 
 def _channels_major_score(data: SweepData, left: Array, total: Array) -> Array:
-    """`_score` with the channels first: `left`, `total` `(S, ...)`."""
+    """`_score` with the channels first: `left`, `total` `(S, ...)`; for regression the
+    split's gain (`_sse_gain`) rather than its explained sum."""
     if data.loss_kind == "sse":
-        return _explained(left) + _explained(total - left)
+        return _sse_gain(left, total)
     return jnp.max(left, axis=0) + jnp.max(total - left, axis=0)
 
 
@@ -816,16 +855,17 @@ def _channels_major_full_rows(
     whole (row, cut) slabs rather than reductions over a short last axis: the vmapped
     `_full_row` spent most of its time on those. Every running sum is formed in the
     order `_full_row`'s sequential plan forms it (float weights too), so the sums are
-    the same numbers.
+    the same numbers. The running total of all the row's samples (`full_scan`, a
+    sequential cumsum of the same values in the same order) is carried rather than
+    read: streaming a gathered `(n, S, R)` copy of it cost up to half the sweep.
     """
     lay = data.layout_of[problem]  # (R,)
     key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
     values = data.sorted_scan[problem, f]  # (R, n, S)
     valid = data.cut_valid[lay, f, 1:]  # (R, n)
-    full = data.full_scan[problem, f, 1:]  # (R, n, S): every sample of the row's order
     dtype = values.dtype
     xs = (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key, (1, 0)),
-          jnp.transpose(full, (1, 2, 0)), jnp.transpose(valid, (1, 0)))
+          jnp.transpose(valid, (1, 0)))
     zero = jnp.zeros((), dtype)
 
     def add_sample(left, value, k):
@@ -837,31 +877,42 @@ def _channels_major_full_rows(
                            dtype=dtype)  # (R, K, S)
         pre_scan = jnp.transpose(pre_scan, (2, 0, 1))  # (S, R, K)
         low = jnp.asarray(jnp.iinfo(dtype).min, dtype)
-    else:  # float weights: the prefix sets' totals summed in the scan's own order
-        pre_scan = jax.lax.scan(lambda left, x: (add_sample(left, x[0], x[1]), None),
-                                jnp.zeros((full.shape[-1], *cuts.shape), dtype),
-                                xs[:2])[0]
+        whole = jnp.transpose(data.full_scan[problem, f, -1], (1, 0))  # (S, R): all samples
+    else:  # float weights: the prefix sets' totals summed in the scan's own order, and
+        # the row's total in `full_scan`'s (a sequential cumsum of the same values)
+        def first_pass(carry, x):
+            left, total = carry
+            return (add_sample(left, x[0], x[1]), total + x[0]), None
+
+        S = values.shape[-1]
+        (pre_scan, whole), _ = jax.lax.scan(
+            first_pass, (jnp.zeros((S, *cuts.shape), dtype), jnp.zeros((S, len(f)), dtype)),
+            xs[:2])
         low = jnp.asarray(-jnp.inf, dtype)
-    suf_scan = jnp.transpose(full[:, -1], (1, 0))[..., None] - pre_scan
+    suf_scan = whole[..., None] - pre_scan
 
     def step(carry, sample):
-        left, best_pre, best_suf = carry  # (S, R, K), (R, K), (R, K)
-        value, k, whole, ok = sample  # (S, R), (R,), (S, R), (R,)
+        left, total, best_pre, best_suf = carry  # (S, R, K), (S, R), (R, K), (R, K)
+        value, k, ok = sample  # (S, R), (R,), (R,)
         left = add_sample(left, value, k)
-        right = whole[..., None] - left  # the suffix set's samples up to this position
+        total = total + value  # `full_scan` at this position, summed in its order
+        right = total[..., None] - left  # the suffix set's samples up to this position
         score_pre = _channels_major_score(data, left, pre_scan)
         score_suf = _channels_major_score(data, right, suf_scan)
         best_pre = jnp.maximum(best_pre, jnp.where(ok[:, None], score_pre, low))
         best_suf = jnp.maximum(best_suf, jnp.where(ok[:, None], score_suf, low))
-        return (left, best_pre, best_suf), None
+        return (left, total, best_pre, best_suf), None
 
     # position 0, the empty left part, is always valid
     empty = jnp.zeros_like(pre_scan)
-    start = (empty, _channels_major_score(data, empty, pre_scan),
+    start = (empty, jnp.zeros_like(whole), _channels_major_score(data, empty, pre_scan),
              _channels_major_score(data, empty, suf_scan))
-    (_, prefix, suffix), _ = jax.lax.scan(step, start, xs)
+    (_, _, prefix, suffix), _ = jax.lax.scan(step, start, xs)
     pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, C)
     suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot
+    if data.loss_kind == "sse":
+        return (_sse_loss(pre_tot[..., -1], pre_scan, prefix),
+                _sse_loss(suf_tot[..., -1], suf_scan, suffix))
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
@@ -1184,19 +1235,15 @@ def _class_grid(
 # `_channels_major_full_rows` forms it on the sequential plan: the prefix sets' totals by
 # a first pass over f's order (adding exact zeros outside the set), the suffix set's
 # partial sums as the running total of f's order (`full_scan`, a sequential cumsum) minus
-# the prefix set's, and the scores by `_channels_major_score`'s operations. The losses are
-# then the same floats, bit for bit.
-
-
-def _sse_grid_score(left: tuple, total: tuple) -> Array:
-    rest = tuple(t - a for t, a in zip(total, left))
-    return _explained(left) + _explained(rest)
+# the prefix set's, and the gains and losses by `_sse_gain` and `_sse_loss`. The losses
+# are then the same floats, bit for bit.
 
 
 def _sse_stepwise(xs: Array, keys: Array, valid: Array, lane_cuts: Array
-                  ) -> tuple[Array, Array]:
-    """The best prefix and suffix scores `(F, S, K, Q)` of F features' orders, one
-    sample per step: `xs` `(n, C, F, Q)`, `keys` `(n, F, S)`, `valid` `(n, F)`."""
+                  ) -> tuple[Array, Array, tuple, tuple]:
+    """The best prefix and suffix gains `(F, S, K, Q)` of F features' orders, and the
+    prefix and suffix sets' channel sums (`_sse_loss` reads them), one sample per step:
+    `xs` `(n, C, F, Q)`, `keys` `(n, F, S)`, `valid` `(n, F)`."""
     dtype = xs.dtype
     n, C, F, Q = xs.shape
     S, K, _ = lane_cuts.shape
@@ -1228,8 +1275,8 @@ def _sse_stepwise(xs: Array, keys: Array, valid: Array, lane_cuts: Array
         def scored(bests):
             right = tuple(total[c][:, None, None, :] - left[c] for c in range(C))
             at = ok[:, None, None, None]
-            return (jnp.maximum(bests[0], jnp.where(at, _sse_grid_score(left, pre_scan), low)),
-                    jnp.maximum(bests[1], jnp.where(at, _sse_grid_score(right, suf_scan), low)))
+            return (jnp.maximum(bests[0], jnp.where(at, _sse_gain(left, pre_scan), low)),
+                    jnp.maximum(bests[1], jnp.where(at, _sse_gain(right, suf_scan), low)))
 
         # Tied values leave most positions invalid (a feature of a few hundred values):
         # their divisions are skipped, not masked.
@@ -1238,10 +1285,10 @@ def _sse_stepwise(xs: Array, keys: Array, valid: Array, lane_cuts: Array
         return (left, total, best_pre, best_suf), None
 
     # position 0, the empty left part, is always valid
-    start = (empty, jnp.zeros((C, F, Q), dtype), _sse_grid_score(empty, pre_scan),
-             _sse_grid_score(empty, suf_scan))
+    start = (empty, jnp.zeros((C, F, Q), dtype), _sse_gain(empty, pre_scan),
+             _sse_gain(empty, suf_scan))
     (_, _, best_pre, best_suf), _ = jax.lax.scan(second_pass, start, (xs, keys, valid))
-    return best_pre, best_suf
+    return best_pre, best_suf, pre_scan, suf_scan
 
 
 # Samples per step of a one-feature regression sweep (`_sse_chunked`), unrolled in the
@@ -1268,7 +1315,7 @@ def _sse_chunks(valid: Array, U: int) -> tuple[Array, Array, Array, Array]:
 
 
 def _sse_chunked(xs: Array, keys: Array, valid: Array, lane_cuts: Array
-                 ) -> tuple[Array, Array]:
+                 ) -> tuple[Array, Array, tuple, tuple]:
     """`_sse_stepwise` for one feature (`xs` `(n, C, Q)`, `keys` `(n, S)`, `valid`
     `(n,)`), SSE_CHUNK samples per step: each step reads and writes the lanes' running
     sums once for several samples, and the second pass steps from one valid position
@@ -1318,8 +1365,8 @@ def _sse_chunked(xs: Array, keys: Array, valid: Array, lane_cuts: Array
 
         def score(bests):
             right = tuple(total[c][None, None, :] - left[c] for c in range(C))
-            return (jnp.maximum(bests[0], _sse_grid_score(left, pre_scan)),
-                    jnp.maximum(bests[1], _sse_grid_score(right, suf_scan)))
+            return (jnp.maximum(bests[0], _sse_gain(left, pre_scan)),
+                    jnp.maximum(bests[1], _sse_gain(right, suf_scan)))
 
         # a chunk cut short of a valid position (runs of tied values) is not scored
         best_pre, best_suf = jax.lax.cond(scored[t], score, lambda bests: bests,
@@ -1327,10 +1374,10 @@ def _sse_chunked(xs: Array, keys: Array, valid: Array, lane_cuts: Array
         return left, total, best_pre, best_suf
 
     # position 0, the empty left part, is always valid
-    start = (empty, jnp.zeros((C, Q), dtype), _sse_grid_score(empty, pre_scan),
-             _sse_grid_score(empty, suf_scan))
+    start = (empty, jnp.zeros((C, Q), dtype), _sse_gain(empty, pre_scan),
+             _sse_gain(empty, suf_scan))
     _, _, best_pre, best_suf = jax.lax.fori_loop(0, count, second_pass, start)
-    return best_pre, best_suf
+    return best_pre, best_suf, pre_scan, suf_scan
 
 
 def _sse_grid(
@@ -1341,10 +1388,12 @@ def _sse_grid(
     xs, keys, valid, problem, key_dtype = _grid_inputs(data, first, slot_f0, feature, Q)
     lane_cuts = cuts.astype(key_dtype)
     if xs.shape[2] == 1:  # one feature's order: steps of up to SSE_CHUNK samples
-        best_pre, best_suf = _sse_chunked(xs[:, :, 0], keys[:, 0], valid[:, 0], lane_cuts)
+        best_pre, best_suf, pre_scan, suf_scan = _sse_chunked(
+            xs[:, :, 0], keys[:, 0], valid[:, 0], lane_cuts)
         best_pre, best_suf = best_pre[None], best_suf[None]
     else:
-        best_pre, best_suf = _sse_stepwise(xs, keys, valid, lane_cuts)
+        best_pre, best_suf, pre_scan, suf_scan = _sse_stepwise(xs, keys, valid, lane_cuts)
     pre_tot = data.root_cum[problem[None, None, :], slot_f0[:, None, None], cuts, -1]  # S K Q
     suf_tot = data.root_cum[problem[None, None, :], slot_f0[:, None, None], -1, -1] - pre_tot
-    return pre_tot[None] - best_pre, suf_tot[None] - best_suf
+    return (_sse_loss(pre_tot[None], pre_scan, best_pre),
+            _sse_loss(suf_tot[None], suf_scan, best_suf))

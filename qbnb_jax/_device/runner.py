@@ -61,7 +61,7 @@ GRID_MIN_PROBLEMS = 32
 # with `python -m qbnb_jax.bench_batch`): the grid may compute up to this many times the
 # elements the rows ask for, as it does when a problem has few tuples left.
 GRID_ADVANTAGE = 16
-# Regression lanes divide four times per lane-sample, as rows do per cut-sample, and
+# Regression lanes divide twice per lane-sample, as rows do per cut-sample, and
 # sweep the zero-weight samples rows skip: a far smaller advantage.
 SSE_GRID_ADVANTAGE = 8
 # Bytes of running sums per `sweep_grid` call (a share of a core's L2 cache; measured
@@ -125,6 +125,14 @@ def _accelerator_free_bytes() -> int:
     if "bytes_limit" not in stats:
         return 1 << 30
     return max(0, int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
+
+
+def _zero_padded(a: np.ndarray, rows: int) -> np.ndarray:
+    """`a` as int32 with zero rows appended up to `rows` (`np.pad`'s result; np.pad
+    costs tens of microseconds a call in Python, and a deep search pads ~10^3 times)."""
+    out = np.zeros((rows, *a.shape[1:]), dtype=np.int32)
+    out[: len(a)] = a
+    return out
 
 
 def pow2_at_least(x: int) -> int:
@@ -315,9 +323,7 @@ class KernelRunner:
                     [block, np.repeat(block[:, -1:], cut_block - width, axis=1)], axis=1
                 )
             padded_rows = -(-rows // chunk) * chunk
-            padded = [
-                np.pad(a, (0, padded_rows - rows)).astype(np.int32) for a in row_arrays
-            ] + [np.pad(block, ((0, padded_rows - rows), (0, 0))).astype(np.int32)]
+            padded = [_zero_padded(a, padded_rows) for a in (*row_arrays, block)]
             first = (data, *place(tuple(a[:chunk] for a in padded)))
             stop()
             exe = self._executable(name, fn, first, extra_statics)

@@ -865,6 +865,11 @@ def _sse_sums_safe(y: np.ndarray, w: np.ndarray) -> bool:
     is subnormal its error, up to 2**-1074, becomes 2**-1074 / S0, and it is also at
     most |S1|^2 / S0 <= S0 d^2 (d = max |y|). So a leaf loses at most
     min(2**-1074 / w_min, 2**-537 d) of its loss, whatever its samples.
+
+    A split's gain (`kernels._sse_gain`) squares `S1_l S0_r - S1_r S0_l`, at most
+    `S0**2 |y|_max / 2` for a set of weight S0, over `S0_l S0_r <= S0**2 / 4`: both
+    stay below SAFE_MAX when `S0**4 max(|y|_max**2, 1)` does. Its subnormal round-off
+    (a few 2**-1074 per target in the squares) is divided by `S0_l S0_r S0 >= w_min**3`.
     """
     with np.errstate(all="ignore"):
         deviation = float(np.abs(y).max())
@@ -872,9 +877,11 @@ def _sse_sums_safe(y: np.ndarray, w: np.ndarray) -> bool:
         s1_squared = float((np.abs(w[:, None] * y).sum(axis=0) ** 2).max())
         slack = float(sample_slack("regression", y, w).sum())
         leaf_error = min(2.0**-1074 / float(w.min()), 2.0**-537 * deviation)
-    largest = max(root, s1_squared, slack)
+        gain_cross = np.float64(w.sum()) ** 4 * max(np.sum(y**2, axis=1).max(), 1.0)
+        gain_error = 2.0**-1070 * y.shape[1] / np.float64(w.min()) ** 3
+    largest = max(root, s1_squared, slack, gain_cross)
     return bool(np.isfinite(largest) and largest <= SAFE_MAX and root >= len(w) * SAFE_MIN
-                and root >= UNDERFLOW_MARGIN * leaf_error)
+                and root >= UNDERFLOW_MARGIN * max(leaf_error, gain_error))
 
 
 def _check_weight_spread(w: np.ndarray) -> None:

@@ -22,11 +22,16 @@ valid lower bound for every piece that uses it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
+import threading
 
+import jax
 import numpy as np
 
-from qbnb_jax._device.runner import KernelRunner
+from qbnb_jax._device import runner as runner_module
+from qbnb_jax._device.parallel import THREADS
+from qbnb_jax._device.runner import KernelRunner, set_stop_event
 from qbnb_jax._problem.data import Problem
 from qbnb_jax._problem.host import best_stump, position_threshold
 from qbnb_jax._problem.leaf_limits import root_cut_range
@@ -63,6 +68,49 @@ def size_batches(sizes, p: int) -> list[list[int]]:
             batch = []
         batch.append(i)
     return batches + [batch] if batch else batches
+
+
+def side_threads(fn, items: list) -> None:
+    """`fn(item)` for every item, taken in turn by this thread and a helper, so that
+    one batch's host work (compacting, tables, bookkeeping) runs while another's
+    kernels do (as `deep_batch.solve_round` does for lockstep rounds); each batch's
+    outcome is the same on either thread. The helper gets this thread's float64
+    setting and stop event (both per thread). An exception on either thread stops
+    both and is raised here."""
+    if THREADS < 2 or len(items) < 2:
+        for item in items:
+            fn(item)
+        return
+    lock = threading.Lock()
+    queue = iter(items)
+    failed = threading.Event()
+    event = getattr(runner_module._STOP, "event", None)
+    x64 = bool(jax.config.jax_enable_x64)
+
+    def work(helper: bool) -> None:
+        if helper:
+            set_stop_event(event)
+        try:
+            with jax.enable_x64(x64):
+                while not failed.is_set():
+                    with lock:
+                        item = next(queue, None)
+                    if item is None:
+                        return
+                    fn(item)
+        except BaseException:
+            failed.set()
+            raise
+
+    future = _SIDE_HELPER.submit(work, True)
+    try:
+        work(False)
+    finally:
+        concurrent.futures.wait([future])
+    future.result()
+
+
+_SIDE_HELPER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qbnb_jax-deep")
 
 
 class DeepSearch(Search):
@@ -264,16 +312,18 @@ class DeepSearch(Search):
                 for j in group:
                     self.sides[todo[j]] = host_side(subs[j], budget, self.options.penalty)
                 continue
-            for batch in size_batches([subs[j].n for j in group], self.problem.p):
-                batch = [group[j] for j in batch]
-                self.solve_side_batch([todo[j] for j in batch], [subs[j] for j in batch],
-                                      [cutoff_of[todo[j]] for j in batch], budget)
+            jobs = [[group[j] for j in batch]
+                    for batch in size_batches([subs[j].n for j in group], self.problem.p)]
+            self.subproblems += sum(len(batch) for batch in jobs)
+            # largest first: the last batches taken are short, so both threads end together
+            side_threads(lambda batch: self.solve_side_batch(
+                [todo[j] for j in batch], [subs[j] for j in batch],
+                [cutoff_of[todo[j]] for j in batch], budget), jobs[::-1])
 
     def solve_side_batch(self, keys, subs, cutoffs, budget: int | None = None) -> None:
         """Depth-2 searches of compacted sides in one frontier (`_search/depth2.py`),
         with at most `budget` (3) leaves each when given."""
         runner = self.runner.for_compact(subs)
-        self.subproblems += len(keys)
         if budget is not None:
             for key, outcome in zip(keys, three_leaf_sides(subs, self.side_options, runner,
                                                            cutoffs)):

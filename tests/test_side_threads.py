@@ -1,0 +1,43 @@
+"""A depth-3 search's side batches on two threads (`deep.side_threads`): the same
+trees as one thread, and the helper sweeps in float64 (a per-thread JAX setting)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import qbnb_jax
+from qbnb_jax._device.kernels import SweepData
+from qbnb_jax._search import deep
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_side_batches_on_two_threads_equal_one_thread(monkeypatch, task):
+    rng = np.random.default_rng(5)
+    X = np.round(rng.normal(size=(160, 3)), 2)
+    y = X[:, 0] - X[:, 1] ** 2 + rng.normal(size=160)
+    if task == "classification":
+        y = (y > 0).astype(int) + (y > 1)
+    monkeypatch.setattr(deep, "SMALL_SIDE", 8)  # sides of different sizes: many batches
+    built = []
+    from_problems = SweepData.from_problems
+
+    def recording(*args, **kwargs):
+        data = from_problems(*args, **kwargs)
+        built.append((threading.current_thread() is threading.main_thread(),
+                      data.sorted_scan.dtype))
+        return data
+
+    monkeypatch.setattr(SweepData, "from_problems", staticmethod(recording))
+    two = qbnb_jax.solve(X, y, task=task, depth=3)
+    on_helper = [dtype for main, dtype in built if not main]
+    assert on_helper, "no side batch ran on the helper thread"
+    if task == "regression":
+        assert all(dtype == np.float64 for _, dtype in built)
+    monkeypatch.setattr(deep, "THREADS", 1)
+    one = qbnb_jax.solve(X, y, task=task, depth=3)
+    assert two.objective == one.objective
+    assert repr(two.tree) == repr(one.tree)
+    assert two.stats["cut_elements"] == one.stats["cut_elements"]
