@@ -41,3 +41,30 @@ def test_side_batches_on_two_threads_equal_one_thread(monkeypatch, task):
     assert two.objective == one.objective
     assert repr(two.tree) == repr(one.tree)
     assert two.stats["cut_elements"] == one.stats["cut_elements"]
+
+
+def test_lockstep_batch_sweeps_regression_in_float64_on_both_threads(monkeypatch):
+    """A depth-3 `solve_batch` of regression problems solves its rounds' side batches
+    on this thread and the helper: the helper's sweeps must be float64 too (a float32
+    sweep gives other losses than `solve`)."""
+    rng = np.random.default_rng(7)
+    X = np.round(rng.normal(size=(120, 3)), 2)
+    y = X[:, 0] - X[:, 1] ** 2 + rng.normal(size=120)
+    weights = rng.integers(0, 3, size=(6, 120)).astype(float)
+    built = []
+    from_problems = SweepData.from_problems
+
+    def recording(*args, **kwargs):
+        data = from_problems(*args, **kwargs)
+        built.append((threading.current_thread() is threading.main_thread(),
+                      data.sorted_scan.dtype))
+        return data
+
+    monkeypatch.setattr(SweepData, "from_problems", staticmethod(recording))
+    batch = qbnb_jax.solve_batch(X, y, weights, task="regression", depth=3)
+    assert any(not main for main, _ in built), "no side batch ran on the helper thread"
+    assert all(dtype == np.float64 for _, dtype in built)
+    for w, result in zip(weights, batch):
+        alone = qbnb_jax.solve(X, y, task="regression", depth=3, sample_weight=w)
+        assert result.objective == alone.objective
+        assert repr(result.tree) == repr(alone.tree)

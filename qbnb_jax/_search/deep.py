@@ -76,8 +76,9 @@ def side_threads(fn, items: list) -> None:
     kernels do (as `deep_batch.solve_round` does for lockstep rounds); each batch's
     outcome is the same on either thread. The helper gets this thread's float64
     setting and stop event (both per thread). An exception on either thread stops
-    both and is raised here."""
-    if THREADS < 2 or len(items) < 2:
+    both and is raised here. Called on the helper itself (a deeper search's sides),
+    it runs the items there: the one helper cannot wait on itself."""
+    if THREADS < 2 or len(items) < 2 or _ON_SIDE_HELPER.active:
         for item in items:
             fn(item)
         return
@@ -90,6 +91,7 @@ def side_threads(fn, items: list) -> None:
     def work(helper: bool) -> None:
         if helper:
             set_stop_event(event)
+            _ON_SIDE_HELPER.active = True
         try:
             with jax.enable_x64(x64):
                 while not failed.is_set():
@@ -110,7 +112,10 @@ def side_threads(fn, items: list) -> None:
     future.result()
 
 
+# One long-lived helper thread (a new thread per call would get a new malloc arena).
 _SIDE_HELPER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qbnb_jax-deep")
+_ON_SIDE_HELPER = threading.local()
+_ON_SIDE_HELPER.active = False
 
 
 class DeepSearch(Search):

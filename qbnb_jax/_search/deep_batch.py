@@ -17,15 +17,11 @@ frontier (depth-2 decisions are per problem, `_search/depth2.py`).
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
-import threading
-from collections.abc import Callable
 
 import numpy as np
 
 from qbnb_jax._device.kernels import padded_length
-from qbnb_jax._device.parallel import THREADS
 from qbnb_jax._device.runner import KernelRunner
 from qbnb_jax._problem.data import (
     CompactSides,
@@ -35,7 +31,7 @@ from qbnb_jax._problem.data import (
     sorted_samples,
     two_class_stumps,
 )
-from qbnb_jax._search.deep import LEFT, SIDE_LAYOUT_BYTES, DeepSearch
+from qbnb_jax._search.deep import LEFT, SIDE_LAYOUT_BYTES, DeepSearch, side_threads
 from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.search import Search, depth2_splits
 
@@ -128,7 +124,7 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
                                     lasting_splits(splits, sources[owners[j]], keys[j]))
 
     # largest first: the last batches taken are short, so both threads end together
-    on_two_threads(solve, lockstep_batches(sizes, searches[0].problem.p)[::-1])
+    side_threads(solve, lockstep_batches(sizes, searches[0].problem.p)[::-1])
 
 
 def lasting_splits(splits, source: SortedSamples, key):
@@ -147,44 +143,6 @@ def _side_splits(source: SortedSamples, key, args: tuple, keywords: dict):
     left = source.problem.rank[f0] < k  # `DeepSearch.side_subset`
     (side,) = compact_sides([source], [left if which == LEFT else ~left]).problems
     return depth2_splits(side, *args, **keywords)
-
-
-def on_two_threads(fn: Callable[[list[int]], None], items: list) -> None:
-    """`fn(item)` for every item, taken in turn by this thread and one more.
-
-    An exception on either thread stops both and is raised here. (`solve_batch` sets
-    no stop event, `runner.set_stop_event`, for the helper to inherit.)
-    """
-    if THREADS < 2 or len(items) < 2:
-        for item in items:
-            fn(item)
-        return
-    lock = threading.Lock()
-    queue = iter(items)
-    failed = threading.Event()
-
-    def work() -> None:
-        try:
-            while not failed.is_set():
-                with lock:
-                    item = next(queue, None)
-                if item is None:
-                    return
-                fn(item)
-        except BaseException:
-            failed.set()
-            raise
-
-    helper = _HELPER.submit(work)
-    try:
-        work()
-    finally:
-        concurrent.futures.wait([helper])  # nothing of this round runs on after it
-    helper.result()
-
-
-# One long-lived helper thread (a new thread per round would get a new malloc arena).
-_HELPER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qbnb_jax-sides")
 
 
 def side_tables(chunks: list[CompactSides]) -> ThresholdTables:
