@@ -78,7 +78,7 @@ def side_threads(fn, items: list) -> None:
     setting and stop event (both per thread). An exception on either thread stops
     both and is raised here. Called on the helper itself (a deeper search's sides),
     it runs the items there: the one helper cannot wait on itself."""
-    if THREADS < 2 or len(items) < 2 or _ON_SIDE_HELPER.active:
+    if THREADS < 2 or len(items) < 2 or getattr(_ON_SIDE_HELPER, "active", False):
         for item in items:
             fn(item)
         return
@@ -115,7 +115,6 @@ def side_threads(fn, items: list) -> None:
 # One long-lived helper thread (a new thread per call would get a new malloc arena).
 _SIDE_HELPER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qbnb_jax-deep")
 _ON_SIDE_HELPER = threading.local()
-_ON_SIDE_HELPER.active = False
 
 
 class DeepSearch(Search):
