@@ -1138,13 +1138,14 @@ def stable_order(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(columns, axis=1)
     values = np.take_along_axis(columns, order, axis=1)
     changes = values[:, 1:] > values[:, :-1]
-    run = np.zeros((p, n), dtype=np.int64)
+    dtype = np.int32 if n * n <= 2**31 else np.int64  # keys below n * n; int32 sorts faster
+    run = np.zeros((p, n), dtype=dtype)
     np.cumsum(changes, axis=1, out=run[:, 1:])
     run *= n
-    key = run + order
+    key = run + order.astype(dtype, copy=False)
     key.sort(axis=1)
     key -= run  # the sort keeps each position's run: runs are ascending
-    return key.astype(np.int32), changes
+    return key.astype(np.int32, copy=False), changes
 
 
 def _presorted(perm: np.ndarray, changes: np.ndarray, slack: np.ndarray):
