@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from qbnb_jax._problem.data import _cut_tables, make_problem
+from qbnb_jax._problem.data import _cut_tables, make_problem, stable_order
 from qbnb_jax._problem.host import stump_losses, stumps_of_all_shared
 from qbnb_jax._search.depth2 import row_searchsorted
 
@@ -29,6 +29,24 @@ def test_row_searchsorted_equals_numpy(n_rows):
             # a window [lo, hi]: the answer clipped to it
             np.testing.assert_array_equal(row_searchsorted(table, rows, values, side, lo, hi),
                                           np.clip(want, lo, hi))
+
+
+@pytest.mark.parametrize("levels", [2, 7, 1000])
+def test_stable_order_equals_numpy_stable_argsort(levels):
+    rng = np.random.default_rng(levels)
+    n = 301 if levels < 1000 else 46_341  # past 46,340 samples: int64 keys
+    cols = rng.integers(-levels, levels, size=(5, n)).astype(np.float64) * 0.5
+    cols[0, ::7] = -0.0  # -0.0 ties 0.0, as in argsort
+    cols[1, ::5] = np.inf
+    cols[2, ::3] = -np.inf
+    cols[3] = 1.0  # one value only
+    for view in (cols, np.asfortranarray(cols), cols.T.copy().T):
+        perm, changes = stable_order(view)
+        expected = np.argsort(cols, axis=1, kind="stable")
+        np.testing.assert_array_equal(perm, expected)
+        assert perm.dtype == np.int32
+        ordered = np.take_along_axis(cols, expected, axis=1)
+        np.testing.assert_array_equal(changes, ordered[:, 1:] > ordered[:, :-1])
 
 
 def test_cut_tables_list_the_valid_positions_row_by_row():

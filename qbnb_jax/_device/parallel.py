@@ -24,5 +24,11 @@ def run_all(fn: Callable[[int], None], items: Iterable[int]) -> None:
     if _POOL is None or len(items) < 2:
         for item in items:
             fn(item)
-    else:
-        list(_POOL.map(fn, items))
+    else:  # the last item on this thread, which would otherwise only wait
+        futures = [_POOL.submit(fn, item) for item in items[:-1]]
+        try:
+            fn(items[-1])
+        finally:
+            concurrent.futures.wait(futures)
+        for future in futures:
+            future.result()  # raises the first item's error, as `map` would

@@ -768,9 +768,7 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
         slack = sample_slack(task, y_search, w_search)
         loss_kind = "sse"
 
-    perm = np.argsort(X, axis=0, kind="stable").T.astype(np.int32)  # (p, n)
-    x_sorted = np.take_along_axis(X.T, perm, axis=1)  # (p, n)
-    changes = x_sorted[:, 1:] > x_sorted[:, :-1]  # (p, n-1)
+    perm, changes = stable_order(X.T)
     rank, value_rank, cut_valid, cut_pos, n_thresholds, slack_left = _presorted(
         perm, changes, slack
     )
@@ -1124,6 +1122,30 @@ def compact_sides(sources: list[SortedSamples], masks: list[np.ndarray]) -> Comp
         for b, (src, idx, m) in enumerate(zip(sources, idxs, sizes.tolist()))
     ]
     return CompactSides(problems, cut_pos, slack_left, n_thresholds, cut_valid, signed)
+
+
+def stable_order(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's stable ascending order (ties by index) of `columns` `(p, n)` (no NaN), as
+    `(perm int32 (p, n), changes (p, n-1))`; `changes[f, k]`: the (k+1)-th sample of f's
+    order has a larger value than the k-th.
+
+    Same result as `np.argsort(kind="stable")`, faster: numpy's stable sort of float64 is a
+    merge sort, its default sort is vectorised. The default sort orders the values (ties in
+    any order); then the keys `run * n + index` (`run`: the rank of the sample's value among
+    the distinct values) are unique, so any sort orders them as the stable sort does.
+    """
+    p, n = columns.shape
+    order = np.argsort(columns, axis=1)
+    values = np.take_along_axis(columns, order, axis=1)
+    changes = values[:, 1:] > values[:, :-1]
+    dtype = np.int32 if n * n <= 2**31 else np.int64  # keys below n * n; int32 sorts faster
+    run = np.zeros((p, n), dtype=dtype)
+    np.cumsum(changes, axis=1, out=run[:, 1:])
+    run *= n
+    key = run + order.astype(dtype, copy=False)
+    key.sort(axis=1)
+    key -= run  # the sort keeps each position's run: runs are ascending
+    return key.astype(np.int32, copy=False), changes
 
 
 def _presorted(perm: np.ndarray, changes: np.ndarray, slack: np.ndarray):
