@@ -159,10 +159,15 @@ class SweepData(eqx.Module):
         bucket = count_bucket(count, count_base) if count > 1 else 1
         check_allocation(table_bytes(L, bucket, p, n_pad, problems[0].n_channels),
                          f"the sweep tables of {count} problem(s) (n = {n_pad}, p = {p})")
-        perm = np.broadcast_to(np.arange(n_pad, dtype=np.int32), (L, p, n_pad)).copy()
-        rank = perm.copy()
-        value_rank = perm + n_pad
-        cut_valid = np.zeros((L, p, n_pad + 1), dtype=bool)
+        # aligned: `jax.device_put` on CPU then uses them in place instead of copying
+        # (for a lockstep round's side batches, most of the transfer's cost)
+        perm = aligned_zeros((L, p, n_pad), np.int32)
+        perm[...] = np.arange(n_pad, dtype=np.int32)
+        rank = aligned_zeros((L, p, n_pad), np.int32)
+        rank[...] = perm
+        value_rank = aligned_zeros((L, p, n_pad), np.int32)
+        np.add(perm, n_pad, out=value_rank)
+        cut_valid = aligned_zeros((L, p, n_pad + 1), bool)
         for li, lay in enumerate(layouts):
             perm[li, : lay.p, : lay.n] = lay.perm
             rank[li, : lay.p, : lay.n] = lay.rank
