@@ -1041,6 +1041,12 @@ class CompactSides(NamedTuple):
     # int32 (B, p, M): two-class counts' signed count in each feature's order, zero past
     # a subset's own n; None unless every source has them
     signed: np.ndarray | None
+    # int32 (B, p, M): the subsets' orders and ranks; past a subset's own n, padding
+    # samples (their own ids) in `perm` and `rank`, and `value_rank` unspecified
+    perm: np.ndarray
+    rank: np.ndarray
+    value_rank: np.ndarray
+    sizes: np.ndarray  # int64 (B,): each subset's n
 
 
 def compact_sides(sources: list[SortedSamples], masks: list[np.ndarray]) -> CompactSides:
@@ -1123,7 +1129,8 @@ def compact_sides(sources: list[SortedSamples], masks: list[np.ndarray]) -> Comp
         )
         for b, (src, idx, m) in enumerate(zip(sources, idxs, sizes.tolist()))
     ]
-    return CompactSides(problems, cut_pos, slack_left, n_thresholds, cut_valid, signed)
+    return CompactSides(problems, cut_pos, slack_left, n_thresholds, cut_valid, signed,
+                        perm, rank, value_rank, sizes)
 
 
 def _presorted(perm: np.ndarray, changes: np.ndarray, slack: np.ndarray):
