@@ -163,12 +163,14 @@ class SweepData(eqx.Module):
                          f"the sweep tables of {count} problem(s) (n = {n_pad}, p = {p})")
         # aligned: `jax.device_put` on CPU then uses them in place instead of copying
         # (for a lockstep round's side batches, most of the transfer's cost)
+        # (and the padding layouts, which no problem refers to, stay zero pages)
+        used = len(layouts)
         perm = aligned_zeros((L, p, n_pad), np.int32)
-        perm[...] = np.arange(n_pad, dtype=np.int32)
+        perm[:used] = np.arange(n_pad, dtype=np.int32)
         rank = aligned_zeros((L, p, n_pad), np.int32)
-        rank[...] = perm
+        rank[:used] = perm[:used]
         value_rank = aligned_zeros((L, p, n_pad), np.int32)
-        np.add(perm, n_pad, out=value_rank)
+        np.add(perm[:used], n_pad, out=value_rank[:used])
         cut_valid = aligned_zeros((L, p, n_pad + 1), bool)
         if chunks is not None:
             _copy_chunk_layouts(chunks, perm, rank, value_rank, cut_valid)
