@@ -106,6 +106,32 @@ def test_side_tables_stumps_equal_host_stumps():
         assert np.array_equal(tables.stump_position[q], positions)
 
 
+@pytest.mark.parametrize("classes", [2, 3])
+def test_sweep_data_from_chunks_equals_per_problem(classes):
+    """`SweepData` built from the chunks' padded arrays (`for_compact(subs, chunks)`)
+    holds the very tables built problem by problem."""
+    import jax
+
+    from qbnb_jax._device.kernels import SweepData
+
+    rng = np.random.default_rng(3)
+    X, y = make_data(rng, "classification", classes, 60, 3)
+    problem = make_problem(X, y, task="classification", sample_weight=folds(rng, 60, 1)[0])
+    source = sorted_samples(problem)
+    masks = [rng.random(problem.n) < share for share in (0.2, 0.5, 0.9, 1.0, 0.3, 0.7, 0.6)]
+    chunks = [compact_sides([source] * 4, masks[:4]), compact_sides([source] * 3, masks[4:])]
+    subs = [sub for chunk in chunks for sub in chunk.problems]
+    order = list(range(len(subs)))
+    want = SweepData.from_problems(subs, subs, order, steps_per_octave=4, count_base=4)
+    got = SweepData.from_problems(subs, subs, order, steps_per_octave=4, count_base=4,
+                                  chunks=chunks)
+    want_leaves, want_tree = jax.tree_util.tree_flatten(want)
+    got_leaves, got_tree = jax.tree_util.tree_flatten(got)
+    assert want_tree == got_tree
+    for a, b in zip(want_leaves, got_leaves):
+        assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_depth3_batch_time_limit_keeps_valid_bounds():
     """Out of time in the middle of the lockstep rounds: every problem's bound stays
     below its true optimum."""

@@ -140,14 +140,16 @@ class SweepData(eqx.Module):
     def from_problems(
         layouts: list[Problem], problems: list[Problem], layout_of: list[int],
         steps_per_octave: int = 8, count_base: int = 2,
-        stat_tables: dict[str, np.ndarray] | None = None,
+        stat_tables: dict[str, np.ndarray] | None = None, chunks: list | None = None,
     ) -> SweepData:
         """Device arrays for `problems`, problem i laid out as `layouts[layout_of[i]]`.
 
         Every array is padded to `padded_length` of the largest n and to the largest p,
         and the numbers of layouts and problems to a power of `count_base` (slots that
         no row ever refers to, left zero). `stat_tables`: the stat tables already
-        filled (`shared_stat_buffers`: two-class counts of one layout).
+        filled (`shared_stat_buffers`: two-class counts of one layout). `chunks`: the
+        `data.CompactSides` whose problems are `problems`, in order, each its own
+        layout: their padded arrays are copied a chunk at a time (the same tables).
         Padding samples have zero stats and sit after every real sample in every order,
         so no cut of a real sample set ever includes them: bucketing n lets problems of
         similar size share compiled kernels. Padding features are never swept.
@@ -159,15 +161,25 @@ class SweepData(eqx.Module):
         bucket = count_bucket(count, count_base) if count > 1 else 1
         check_allocation(table_bytes(L, bucket, p, n_pad, problems[0].n_channels),
                          f"the sweep tables of {count} problem(s) (n = {n_pad}, p = {p})")
-        perm = np.broadcast_to(np.arange(n_pad, dtype=np.int32), (L, p, n_pad)).copy()
-        rank = perm.copy()
-        value_rank = perm + n_pad
-        cut_valid = np.zeros((L, p, n_pad + 1), dtype=bool)
-        for li, lay in enumerate(layouts):
-            perm[li, : lay.p, : lay.n] = lay.perm
-            rank[li, : lay.p, : lay.n] = lay.rank
-            value_rank[li, : lay.p, : lay.n] = lay.value_rank
-            cut_valid[li, : lay.p, : lay.n + 1] = lay.cut_valid
+        # aligned: `jax.device_put` on CPU then uses them in place instead of copying
+        # (for a lockstep round's side batches, most of the transfer's cost)
+        # (and the padding layouts, which no problem refers to, stay zero pages)
+        used = len(layouts)
+        perm = aligned_zeros((L, p, n_pad), np.int32)
+        perm[:used] = np.arange(n_pad, dtype=np.int32)
+        rank = aligned_zeros((L, p, n_pad), np.int32)
+        rank[:used] = perm[:used]
+        value_rank = aligned_zeros((L, p, n_pad), np.int32)
+        np.add(perm[:used], n_pad, out=value_rank[:used])
+        cut_valid = aligned_zeros((L, p, n_pad + 1), bool)
+        if chunks is not None:
+            _copy_chunk_layouts(chunks, perm, rank, value_rank, cut_valid)
+        else:
+            for li, lay in enumerate(layouts):
+                perm[li, : lay.p, : lay.n] = lay.perm
+                rank[li, : lay.p, : lay.n] = lay.rank
+                value_rank[li, : lay.p, : lay.n] = lay.value_rank
+                cut_valid[li, : lay.p, : lay.n + 1] = lay.cut_valid
         first = problems[0]
         binary = first.loss_kind != "sse" and first.n_channels == 2
         field_bits = 0
@@ -202,7 +214,9 @@ class SweepData(eqx.Module):
             tables = _stat_tables([pr.stats for pr in problems], perm, layout_of, bucket,
                                   binary=binary, loss_kind=first.loss_kind,
                                   field_bits=field_bits, scan_dtype=scan_dtype,
-                                  full_sums=full_sums)
+                                  full_sums=full_sums,
+                                  signed_chunks=chunks if binary and chunks is not None
+                                  and all(ch.signed is not None for ch in chunks) else None)
         class_order = (first.loss_kind == "count" and first.n_channels >= CLASS_ORDER_FROM
                        and plan == "sequential" and n_pad < BLOCKED_FROM)
         if class_order:
@@ -288,7 +302,8 @@ def aligned_zeros(shape: tuple, dtype) -> np.ndarray:
 
 def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarray,
                  bucket: int, *, binary: bool, loss_kind: str, field_bits: int,
-                 scan_dtype, full_sums: bool = True) -> dict[str, np.ndarray]:
+                 scan_dtype, full_sums: bool = True, signed_chunks: list | None = None
+                 ) -> dict[str, np.ndarray]:
     """Host stat tables of `SweepData`; problem i is laid out as `perm[layout_of[i]]`.
 
     Built for all problems at once (stats padded with zero samples, as the layouts
@@ -298,7 +313,8 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     and two-class counts, whose sweeps never read `full_scan`, get an empty one, as
     does regression without `full_sums` (the sweeps that read it are not used): for
     large batches these tables are the largest host
-    cost.
+    cost. `signed_chunks`: `data.CompactSides` of the (two-class) problems, in order,
+    whose `signed` counts in each feature's order are `sorted_scan` already.
     """
     count = len(stats)
     L, p, n_pad = perm.shape
@@ -356,7 +372,15 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
         run_all(fill, chunks)
         return out
 
-    sorted_scan = in_order(scan, bucket)  # padding problems stay zero
+    if signed_chunks is not None:  # copied, not gathered again
+        sorted_scan = aligned_zeros((bucket, p, n_pad, 1), scan.dtype)
+        q = 0
+        for chunk in signed_chunks:
+            B, _, M = chunk.signed.shape
+            sorted_scan[q : q + B, :, :M, 0] = chunk.signed
+            q += B
+    else:
+        sorted_scan = in_order(scan, bucket)  # padding problems stay zero
     if binary and integer_counts or not full_sums:
         full_scan = np.zeros((bucket, p, 1, scan.shape[-1]), dtype=scan.dtype)
     else:
@@ -374,6 +398,27 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     return {"sorted_scan": sorted_scan, "full_scan": full_scan,
             "root_cum": cumulative(in_order(st, count)), "scan": scan_padded,
             "grid_scan": grid_scan}
+
+
+def _copy_chunk_layouts(chunks: list, perm: np.ndarray, rank: np.ndarray,
+                        value_rank: np.ndarray, cut_valid: np.ndarray) -> None:
+    """Fill the first layouts of `SweepData`'s padded layout arrays (initialised as
+    `from_problems` does) from `data.CompactSides` `chunks`, a chunk at a time: a
+    subset's padding samples keep their ids in `perm` and `rank` (as the chunks'), and
+    their `value_rank` is set to `from_problems`' (its id plus the padded n)."""
+    n_pad = perm.shape[-1]
+    q = 0
+    for chunk in chunks:
+        B, p, M = chunk.perm.shape
+        rows = slice(q, q + B)
+        perm[rows, :p, :M] = chunk.perm
+        rank[rows, :p, :M] = chunk.rank
+        cut_valid[rows, :p, : M + 1] = chunk.cut_valid
+        positions = np.arange(M, dtype=np.int32)
+        np.copyto(value_rank[rows, :p, :M],
+                  np.where(positions >= chunk.sizes[:, None, None], positions + n_pad,
+                           chunk.value_rank))
+        q += B
 
 
 def _grid_table(signed: np.ndarray, perm: np.ndarray, n_pad: int) -> np.ndarray:

@@ -1039,6 +1039,12 @@ class CompactSides(NamedTuple):
     # int32 (B, p, M): two-class counts' signed count in each feature's order, zero past
     # a subset's own n; None unless every source has them
     signed: np.ndarray | None
+    # int32 (B, p, M): the subsets' orders and ranks; past a subset's own n, padding
+    # samples (their own ids) in `perm` and `rank`, and `value_rank` unspecified
+    perm: np.ndarray
+    rank: np.ndarray
+    value_rank: np.ndarray
+    sizes: np.ndarray  # int64 (B,): each subset's n
 
 
 def compact_sides(sources: list[SortedSamples], masks: list[np.ndarray]) -> CompactSides:
@@ -1110,18 +1116,21 @@ def compact_sides(sources: list[SortedSamples], masks: list[np.ndarray]) -> Comp
     np.minimum(cut_pos, sizes.astype(np.int32)[:, None, None], out=cut_pos)
     if slack_kind == "count":
         np.minimum(slack_left, sizes[:, None, None], out=slack_left)
-    problems = [
-        dataclasses.replace(
-            src.problem, X=src.problem.X.take(idx, axis=0),
-            stats=src.problem.stats.take(idx, axis=0),
+    # Copies of the (frozen) problems' fields, made without `dataclasses.replace`, whose
+    # __init__ costs as much as a side's compaction takes (as `Problem.reweighted`).
+    problems = []
+    for b, (src, idx, m) in enumerate(zip(sources, idxs, sizes.tolist())):
+        parent = src.problem
+        problem = object.__new__(Problem)
+        problem.__dict__.update(
+            parent.__dict__, X=parent.X.take(idx, axis=0), stats=parent.stats.take(idx, axis=0),
             perm=perm[b, :, :m], rank=rank[b, :, :m], value_rank=value_rank[b, :, :m],
             cut_valid=cut_valid[b, :, : m + 1], cut_pos=cut_pos[b, :, : m + 1],
             n_thresholds=n_thresholds[b], slack_left=slack_left[b, :, : m + 1],
-            y=src.problem.y.take(idx, axis=0), weight=src.problem.weight.take(idx),
-        )
-        for b, (src, idx, m) in enumerate(zip(sources, idxs, sizes.tolist()))
-    ]
-    return CompactSides(problems, cut_pos, slack_left, n_thresholds, cut_valid, signed)
+            y=parent.y.take(idx, axis=0), weight=parent.weight.take(idx))
+        problems.append(problem)
+    return CompactSides(problems, cut_pos, slack_left, n_thresholds, cut_valid, signed,
+                        perm, rank, value_rank, sizes)
 
 
 def stable_order(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -114,7 +114,7 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
                   for part in (batch[at: at + COMPACT_CHUNK]
                                for at in range(0, len(batch), COMPACT_CHUNK))]
         subs = [sub for chunk in chunks for sub in chunk.problems]
-        search = Search(subs, side_options, runner=runner.for_compact(subs),
+        search = Search(subs, side_options, runner=runner.for_compact(subs, chunks),
                         cutoff=[cutoffs[j] for j in batch])
         solve_depth2(search, side_tables(chunks))
         for q, j in enumerate(batch):
