@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from qbnb_jax._problem.data import _cut_tables, make_problem
+from qbnb_jax._problem import host
+from qbnb_jax._problem.data import _cut_tables, as_targets, make_problem, reweighted_samples
 from qbnb_jax._problem.host import stump_losses, stumps_of_all_shared
 from qbnb_jax._search.depth2 import row_searchsorted
 
@@ -199,3 +200,29 @@ def test_depth2_cuts_shared_children_equal_stump_losses(n_classes):
         _, at1 = stump_losses(pr, left, [f1])
         _, at2 = stump_losses(pr, ~left, [f2])
         assert (k1[i], k2[i]) == (at1[0], at2[0])
+
+
+@pytest.mark.parametrize("targets", [1, 2])
+def test_sse_stumps_of_all_shared_equal_one_by_one(targets, monkeypatch):
+    """Regression stumps of float-reweighted problems (`_sse_stumps_shared`: prefix sums
+    a row at a time, losses at valid cuts only) equal `stump_losses`', bit for bit,
+    first minima included; blocks of problems smaller than the batch on purpose."""
+    monkeypatch.setattr(host, "SSE_STUMP_PROBLEMS", 8)
+    rng = np.random.default_rng(targets)
+    n = 150
+    X = np.round(rng.normal(size=(n, 4)), 1)  # many ties
+    X[:, 3] = 1.0  # a constant feature: no valid cut past 0
+    y = np.round(rng.normal(size=(n, targets)), 1)
+    y[:40] = 0.5  # problem 3 weighs these alone: every cut's loss is 0, a tie
+    base = make_problem(X, y, task="regression")
+    W = rng.multinomial(n, np.full(n, 1.0 / n), size=21).astype(float)
+    W[1::2] *= np.round(rng.uniform(0.5, 2.0, size=W[1::2].shape), 3)  # fractional
+    W[2] = 0.0
+    W[2, :2] = 1.0  # two samples only
+    W[3, 40:] = 0.0
+    problems, _, _ = reweighted_samples(base, W, as_targets(y, n))
+    losses, positions = stumps_of_all_shared(problems)
+    for q, problem in enumerate(problems):
+        want_losses, want_positions = stump_losses(problem, np.ones(n, dtype=bool))
+        np.testing.assert_array_equal(losses[q], want_losses)
+        np.testing.assert_array_equal(positions[q], want_positions)
