@@ -226,3 +226,34 @@ def test_sse_stumps_of_all_shared_equal_one_by_one(targets, monkeypatch):
         want_losses, want_positions = stump_losses(problem, np.ones(n, dtype=bool))
         np.testing.assert_array_equal(losses[q], want_losses)
         np.testing.assert_array_equal(positions[q], want_positions)
+
+
+@pytest.mark.parametrize("targets", [1, 2])
+def test_depth2_cuts_shared_sse_children_equal_stump_losses(targets):
+    """The same of regression problems with float weights (`_sse_first_best`: prefix
+    sums a sample row at a time), ties included: problem 0 weighs equal targets alone."""
+    from qbnb_jax._problem.host import depth2_cuts_shared
+
+    rng = np.random.default_rng(targets)
+    n, p = 120, 4
+    X = np.round(rng.normal(size=(n, p)), 1)  # many ties
+    y = np.round(rng.normal(size=(n, targets)), 1)
+    y[:50] = 0.25
+    W = rng.multinomial(n, np.full(n, 1.0 / n), size=29).astype(float)
+    W[1::2] *= np.round(rng.uniform(0.5, 2.0, size=W[1::2].shape), 3)
+    W[0, 50:] = 0.0
+    base = make_problem(X, y, task="regression")
+    problems, _, tables = reweighted_samples(base, W, as_targets(y, n))
+    specs = np.stack([rng.integers(0, p, len(problems)), np.zeros(len(problems), int),
+                      rng.integers(0, p, len(problems)), rng.integers(0, p, len(problems))],
+                     axis=1)
+    specs[:, 1] = [rng.integers(1, max(2, pr.n_thresholds[f])) for pr, f
+                   in zip(problems, specs[:, 0])]
+    q = np.arange(len(problems))
+    k0, k1, k2, _ = depth2_cuts_shared(problems, tables.cut_pos, tables.cut_valid, specs, q)
+    for i, pr in enumerate(problems):
+        f0, _, f1, f2 = specs[i]
+        left = pr.rank[f0] < k0[i]
+        _, at1 = stump_losses(pr, left, [f1])
+        _, at2 = stump_losses(pr, ~left, [f2])
+        assert (k1[i], k2[i]) == (at1[0], at2[0])

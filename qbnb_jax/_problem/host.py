@@ -229,6 +229,23 @@ def _sse_stumps_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarray]
     return losses, positions
 
 
+def _sse_first_best(ordered: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """`argmin(where(valid, split_losses(ordered, None, "sse"), inf), axis=1)` of
+    squared-error stats `(Q, n, C)` in some order: the same prefix sums (sequential,
+    a sample row of (channel, set) entries at a time: see `_sse_stumps_shared`),
+    losses and first least, laid out sample-major."""
+    Q, n, C = ordered.shape
+    by_sample = np.ascontiguousarray(ordered.transpose(1, 2, 0), dtype=np.float64)
+    cum = np.empty((n + 1, C, Q))
+    cum[0] = 0.0
+    for k in range(n):
+        np.add(cum[k], by_sample[k], out=cum[k + 1])
+    loss = _sse_leaf_loss([cum[:, c] for c in range(C)])
+    loss += _sse_leaf_loss([cum[n, c] - cum[:, c] for c in range(C)])
+    np.copyto(loss, np.inf, where=~valid.T)
+    return np.argmin(loss, axis=0)
+
+
 def _sse_leaf_loss(channels: list[np.ndarray]) -> np.ndarray:
     """`leaf_loss_np(..., "sse")` of summed channels [S0, S1.., S2]: S2 - |S1|^2 / S0,
     and S2 where S0 is not positive."""
@@ -490,9 +507,11 @@ def depth2_cuts_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: 
                 np.take_along_axis(by_class, first.perm[f][:, None], axis=2))
             return valid_argmin(loss, cut_valid[q, f])[0]
         masked = np.where(mask[..., None], stats, 0)
-        if problems[q[0]].loss_kind == "sse":  # only the two-class form reads the total
-            total = None
-        elif stats.dtype.kind == "f":  # as `stump_losses` sums each set
+        if problems[q[0]].loss_kind == "sse":
+            return _sse_first_best(
+                np.take_along_axis(masked, first.perm[f][..., None], axis=1),
+                cut_valid[q, f])
+        if stats.dtype.kind == "f":  # as `stump_losses` sums each set
             total = np.array([set_total(m, w) for m, w in zip(masked, weight)])[:, None]
         else:
             total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
