@@ -3,7 +3,14 @@
 import numpy as np
 import pytest
 
-from qbnb_jax._problem.data import _cut_tables, make_problem, stable_order
+from qbnb_jax._problem import host
+from qbnb_jax._problem.data import (
+    _cut_tables,
+    as_targets,
+    make_problem,
+    reweighted_samples,
+    stable_order,
+)
 from qbnb_jax._problem.host import stump_losses, stumps_of_all_shared
 from qbnb_jax._search.depth2 import row_searchsorted
 
@@ -204,6 +211,63 @@ def test_depth2_cuts_shared_children_equal_stump_losses(n_classes):
     y = rng.integers(0, n_classes, n)
     base = make_problem(X, y, task="classification")
     problems, tables = base.reweighted(rng.integers(0, 3, (29, n)).astype(float))
+    specs = np.stack([rng.integers(0, p, len(problems)), np.zeros(len(problems), int),
+                      rng.integers(0, p, len(problems)), rng.integers(0, p, len(problems))],
+                     axis=1)
+    specs[:, 1] = [rng.integers(1, max(2, pr.n_thresholds[f])) for pr, f
+                   in zip(problems, specs[:, 0])]
+    q = np.arange(len(problems))
+    k0, k1, k2, _ = depth2_cuts_shared(problems, tables.cut_pos, tables.cut_valid, specs, q)
+    for i, pr in enumerate(problems):
+        f0, _, f1, f2 = specs[i]
+        left = pr.rank[f0] < k0[i]
+        _, at1 = stump_losses(pr, left, [f1])
+        _, at2 = stump_losses(pr, ~left, [f2])
+        assert (k1[i], k2[i]) == (at1[0], at2[0])
+
+
+@pytest.mark.parametrize("targets", [1, 2])
+def test_sse_stumps_of_all_shared_equal_one_by_one(targets, monkeypatch):
+    """Regression stumps of float-reweighted problems (`_sse_stumps_shared`: prefix sums
+    a row at a time, losses at valid cuts only) equal `stump_losses`', bit for bit,
+    first minima included; blocks of problems smaller than the batch on purpose."""
+    monkeypatch.setattr(host, "SSE_STUMP_PROBLEMS", 8)
+    rng = np.random.default_rng(targets)
+    n = 150
+    X = np.round(rng.normal(size=(n, 4)), 1)  # many ties
+    X[:, 3] = 1.0  # a constant feature: no valid cut past 0
+    y = np.round(rng.normal(size=(n, targets)), 1)
+    y[:40] = 0.5  # problem 3 weighs these alone: every cut's loss is 0, a tie
+    base = make_problem(X, y, task="regression")
+    W = rng.multinomial(n, np.full(n, 1.0 / n), size=21).astype(float)
+    W[1::2] *= np.round(rng.uniform(0.5, 2.0, size=W[1::2].shape), 3)  # fractional
+    W[2] = 0.0
+    W[2, :2] = 1.0  # two samples only
+    W[3, 40:] = 0.0
+    problems, _, _ = reweighted_samples(base, W, as_targets(y, n))
+    losses, positions = stumps_of_all_shared(problems)
+    for q, problem in enumerate(problems):
+        want_losses, want_positions = stump_losses(problem, np.ones(n, dtype=bool))
+        np.testing.assert_array_equal(losses[q], want_losses)
+        np.testing.assert_array_equal(positions[q], want_positions)
+
+
+@pytest.mark.parametrize("targets", [1, 2])
+def test_depth2_cuts_shared_sse_children_equal_stump_losses(targets):
+    """The same of regression problems with float weights (`_sse_first_best`: prefix
+    sums a sample row at a time), ties included: problem 0 weighs equal targets alone."""
+    from qbnb_jax._problem.host import depth2_cuts_shared
+
+    rng = np.random.default_rng(targets)
+    n, p = 120, 4
+    X = np.round(rng.normal(size=(n, p)), 1)  # many ties
+    y = np.round(rng.normal(size=(n, targets)), 1)
+    y[:50] = 0.25
+    W = rng.multinomial(n, np.full(n, 1.0 / n), size=29).astype(float)
+    W[1::2] *= np.round(rng.uniform(0.5, 2.0, size=W[1::2].shape), 3)
+    W[0, 50:] = 0.0
+    base = make_problem(X, y, task="regression")
+    problems, _, tables = reweighted_samples(base, W, as_targets(y, n))
     specs = np.stack([rng.integers(0, p, len(problems)), np.zeros(len(problems), int),
                       rng.integers(0, p, len(problems)), rng.integers(0, p, len(problems))],
                      axis=1)

@@ -146,6 +146,8 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
     problems at a time (a bootstrap batch has thousands of them).
     """
     first = problems[0]
+    if first.loss_kind == "sse":
+        return _sse_stumps_shared(problems)
     losses = np.empty((len(problems), first.p))
     positions = np.empty((len(problems), first.p), dtype=np.int64)
     # Blocks of 8 problems keep the temporaries in cache: measured, faster than one by
@@ -160,9 +162,7 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
             positions[b0 : b0 + len(group)] = at
             losses[b0 : b0 + len(group)] = best
             continue
-        if first.loss_kind == "sse":  # only the two-class form reads the set's total
-            total = None
-        elif stats.dtype.kind == "f":  # float sums: each as `stump_losses` forms it
+        if stats.dtype.kind == "f":  # float sums: each as `stump_losses` forms it
             total = np.array([set_total(pr.stats, pr.weight) for pr in group])[:, None, None]
         else:
             total = stats.sum(axis=(1, 2)).astype(np.float64)[:, None, None]
@@ -174,6 +174,88 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
         positions[b0 : b0 + len(group)] = at
         losses[b0 : b0 + len(group)] = np.take_along_axis(loss, at[..., None], axis=2)[..., 0]
     return losses, positions
+
+
+# Problems whose squared-error stumps `_sse_stumps_shared` forms at once: each prefix
+# sum step adds a row of (channel, feature, problem) entries, long enough that numpy's
+# per-call cost stays small, while the (n + 1)-row table stays a few MB.
+SSE_STUMP_PROBLEMS = 32
+
+
+def _sse_stumps_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarray]:
+    """`stumps_of_all_shared` of squared-error problems: the numbers and first minima of
+    `split_losses`, computed at the valid cuts alone.
+
+    The prefix sums are the same sequential float sums as `np.cumsum` along each
+    feature's order (entry k + 1 = entry k + sample k), formed one sample position at
+    a time over a whole row of (feature, channel, problem) entries, sample-major
+    `(n + 1, p, C, B)`: numpy's cumsum takes several ns per entry, a row's add a
+    fraction of one. A bootstrap's valid cuts are a fifth of the positions (zero
+    weights, ties), so the losses, the same per-entry arithmetic, are formed at those
+    only, and each (feature, problem)'s least (its first, on ties) found by segment.
+    """
+    first = problems[0]
+    P, p, n = len(problems), first.p, first.n
+    losses = np.empty((P, p))
+    positions = np.empty((P, p), dtype=np.int64)
+    order = first.perm.T  # (n, p): the k-th sample of each feature's order
+    for b0 in range(0, P, SSE_STUMP_PROBLEMS):
+        group = problems[b0 : b0 + SSE_STUMP_PROBLEMS]
+        B = len(group)
+        stats = np.stack([pr.stats for pr in group]).astype(np.float64)  # (B, n, C)
+        C = stats.shape[2]
+        by_sample = np.ascontiguousarray(stats.transpose(1, 2, 0))  # (n, C, B)
+        ordered = by_sample[order].reshape(n, p * C * B)  # (n, p, C, B)
+        cum = np.empty((n + 1, p * C * B))
+        cum[0] = 0.0
+        for k in range(n):
+            np.add(cum[k], ordered[k], out=cum[k + 1])
+        valid = np.stack([pr.cut_valid for pr in group])  # (B, p, n + 1)
+        column, at = np.nonzero(valid.reshape(B * p, n + 1))  # column = b * p + f
+        b, f = np.divmod(column, p)
+        entry = f * (C * B) + b  # channel 0 of (f, b) in a row of `cum`
+        table = cum.reshape(-1)
+        left = [table[at * (p * C * B) + entry + c * B] for c in range(C)]
+        right = [cum[n][entry + c * B] - left[c] for c in range(C)]
+        loss = _sse_leaf_loss(left)
+        loss += _sse_leaf_loss(right)
+        counts = np.count_nonzero(valid, axis=2).reshape(-1)  # >= 1: cut 0 is valid
+        starts = np.zeros(B * p, dtype=np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        least = np.minimum.reduceat(loss, starts)
+        candidate = np.where(loss == np.repeat(least, counts), np.arange(len(loss)), len(loss))
+        positions[b0 : b0 + B] = at[np.minimum.reduceat(candidate, starts)].reshape(B, p)
+        losses[b0 : b0 + B] = least.reshape(B, p)
+    return losses, positions
+
+
+def _sse_first_best(ordered: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """`argmin(where(valid, split_losses(ordered, None, "sse"), inf), axis=1)` of
+    squared-error stats `(Q, n, C)` in some order: the same prefix sums (sequential,
+    a sample row of (channel, set) entries at a time: see `_sse_stumps_shared`),
+    losses and first least, laid out sample-major."""
+    Q, n, C = ordered.shape
+    by_sample = np.ascontiguousarray(ordered.transpose(1, 2, 0), dtype=np.float64)
+    cum = np.empty((n + 1, C, Q))
+    cum[0] = 0.0
+    for k in range(n):
+        np.add(cum[k], by_sample[k], out=cum[k + 1])
+    loss = _sse_leaf_loss([cum[:, c] for c in range(C)])
+    loss += _sse_leaf_loss([cum[n, c] - cum[:, c] for c in range(C)])
+    np.copyto(loss, np.inf, where=~valid.T)
+    return np.argmin(loss, axis=0)
+
+
+def _sse_leaf_loss(channels: list[np.ndarray]) -> np.ndarray:
+    """`leaf_loss_np(..., "sse")` of summed channels [S0, S1.., S2]: S2 - |S1|^2 / S0,
+    and S2 where S0 is not positive."""
+    s0 = channels[0]
+    sq = channels[1] * channels[1]
+    for c in channels[2:-1]:
+        sq += c * c
+    ratio = np.zeros_like(sq)
+    np.divide(sq, s0, out=ratio, where=s0 > 0)
+    return np.subtract(channels[-1], ratio, out=ratio)
 
 
 def _count_split_losses(stats: np.ndarray, perm: np.ndarray) -> np.ndarray:
@@ -425,9 +507,11 @@ def depth2_cuts_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: 
                 np.take_along_axis(by_class, first.perm[f][:, None], axis=2))
             return valid_argmin(loss, cut_valid[q, f])[0]
         masked = np.where(mask[..., None], stats, 0)
-        if problems[q[0]].loss_kind == "sse":  # only the two-class form reads the total
-            total = None
-        elif stats.dtype.kind == "f":  # as `stump_losses` sums each set
+        if problems[q[0]].loss_kind == "sse":
+            return _sse_first_best(
+                np.take_along_axis(masked, first.perm[f][..., None], axis=1),
+                cut_valid[q, f])
+        if stats.dtype.kind == "f":  # as `stump_losses` sums each set
             total = np.array([set_total(m, w) for m, w in zip(masked, weight)])[:, None]
         else:
             total = masked.sum(axis=(1, 2)).astype(np.float64)[:, None]
