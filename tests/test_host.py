@@ -199,18 +199,11 @@ def test_class_count_stumps_equal_the_float_losses(monkeypatch, block):
             assert losses[f] == loss.min(), (it, f)
 
 
-@pytest.mark.parametrize("n_classes", [3, 6])
-def test_depth2_cuts_shared_children_equal_stump_losses(n_classes):
-    """The children's cuts of batched depth-2 trees (integer class counts) are the
-    best stumps `stump_losses` finds on each side of the root, ties included."""
+def _check_children_cuts(rng, problems, tables, p: int) -> None:
+    """`depth2_cuts_shared` at random (root feature, root cut, child features) per
+    problem equals the best stumps `stump_losses` finds on each side of the root cut."""
     from qbnb_jax._problem.host import depth2_cuts_shared
 
-    rng = np.random.default_rng(n_classes)
-    n, p = 120, 4
-    X = np.round(rng.normal(size=(n, p)), 1)  # many ties
-    y = rng.integers(0, n_classes, n)
-    base = make_problem(X, y, task="classification")
-    problems, tables = base.reweighted(rng.integers(0, 3, (29, n)).astype(float))
     specs = np.stack([rng.integers(0, p, len(problems)), np.zeros(len(problems), int),
                       rng.integers(0, p, len(problems)), rng.integers(0, p, len(problems))],
                      axis=1)
@@ -224,6 +217,19 @@ def test_depth2_cuts_shared_children_equal_stump_losses(n_classes):
         _, at1 = stump_losses(pr, left, [f1])
         _, at2 = stump_losses(pr, ~left, [f2])
         assert (k1[i], k2[i]) == (at1[0], at2[0])
+
+
+@pytest.mark.parametrize("n_classes", [3, 6])
+def test_depth2_cuts_shared_children_equal_stump_losses(n_classes):
+    """The children's cuts of batched depth-2 trees (integer class counts) are the
+    best stumps `stump_losses` finds on each side of the root, ties included."""
+    rng = np.random.default_rng(n_classes)
+    n, p = 120, 4
+    X = np.round(rng.normal(size=(n, p)), 1)  # many ties
+    y = rng.integers(0, n_classes, n)
+    base = make_problem(X, y, task="classification")
+    problems, tables = base.reweighted(rng.integers(0, 3, (29, n)).astype(float))
+    _check_children_cuts(rng, problems, tables, p)
 
 
 @pytest.mark.parametrize("targets", [1, 2])
@@ -256,8 +262,6 @@ def test_sse_stumps_of_all_shared_equal_one_by_one(targets, monkeypatch):
 def test_depth2_cuts_shared_sse_children_equal_stump_losses(targets):
     """The same of regression problems with float weights (`_sse_first_best`: prefix
     sums a sample row at a time), ties included: problem 0 weighs equal targets alone."""
-    from qbnb_jax._problem.host import depth2_cuts_shared
-
     rng = np.random.default_rng(targets)
     n, p = 120, 4
     X = np.round(rng.normal(size=(n, p)), 1)  # many ties
@@ -268,16 +272,4 @@ def test_depth2_cuts_shared_sse_children_equal_stump_losses(targets):
     W[0, 50:] = 0.0
     base = make_problem(X, y, task="regression")
     problems, _, tables = reweighted_samples(base, W, as_targets(y, n))
-    specs = np.stack([rng.integers(0, p, len(problems)), np.zeros(len(problems), int),
-                      rng.integers(0, p, len(problems)), rng.integers(0, p, len(problems))],
-                     axis=1)
-    specs[:, 1] = [rng.integers(1, max(2, pr.n_thresholds[f])) for pr, f
-                   in zip(problems, specs[:, 0])]
-    q = np.arange(len(problems))
-    k0, k1, k2, _ = depth2_cuts_shared(problems, tables.cut_pos, tables.cut_valid, specs, q)
-    for i, pr in enumerate(problems):
-        f0, _, f1, f2 = specs[i]
-        left = pr.rank[f0] < k0[i]
-        _, at1 = stump_losses(pr, left, [f1])
-        _, at2 = stump_losses(pr, ~left, [f2])
-        assert (k1[i], k2[i]) == (at1[0], at2[0])
+    _check_children_cuts(rng, problems, tables, p)

@@ -13,14 +13,9 @@ from qbnb_jax._device.kernels import SweepData
 from qbnb_jax._search import deep
 
 
-@pytest.mark.parametrize("task", ["regression", "classification"])
-def test_side_batches_on_two_threads_equal_one_thread(monkeypatch, task):
-    rng = np.random.default_rng(5)
-    X = np.round(rng.normal(size=(160, 3)), 2)
-    y = X[:, 0] - X[:, 1] ** 2 + rng.normal(size=160)
-    if task == "classification":
-        y = (y > 0).astype(int) + (y > 1)
-    monkeypatch.setattr(deep, "SMALL_SIDE", 8)  # sides of different sizes: many batches
+def _record_sweep_dtypes(monkeypatch) -> list:
+    """A list that gets (on the main thread?, sorted_scan dtype) of every sweep table
+    built from now on."""
     built = []
     from_problems = SweepData.from_problems
 
@@ -31,6 +26,17 @@ def test_side_batches_on_two_threads_equal_one_thread(monkeypatch, task):
         return data
 
     monkeypatch.setattr(SweepData, "from_problems", staticmethod(recording))
+    return built
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_side_batches_on_two_threads_equal_one_thread(monkeypatch, task):
+    rng = np.random.default_rng(5)
+    X = np.round(rng.normal(size=(160, 3)), 2)
+    y = X[:, 0] - X[:, 1] ** 2 + rng.normal(size=160)
+    if task == "classification":
+        y = (y > 0).astype(int) + (y > 1)
+    monkeypatch.setattr(deep, "SMALL_SIDE", 8)  # sides of different sizes: many batches
+    built = _record_sweep_dtypes(monkeypatch)
     two = qbnb_jax.solve(X, y, task=task, depth=3)
     on_helper = [dtype for main, dtype in built if not main]
     assert on_helper, "no side batch ran on the helper thread"
@@ -51,16 +57,7 @@ def test_lockstep_batch_sweeps_regression_in_float64_on_both_threads(monkeypatch
     X = np.round(rng.normal(size=(120, 3)), 2)
     y = X[:, 0] - X[:, 1] ** 2 + rng.normal(size=120)
     weights = rng.integers(0, 3, size=(6, 120)).astype(float)
-    built = []
-    from_problems = SweepData.from_problems
-
-    def recording(*args, **kwargs):
-        data = from_problems(*args, **kwargs)
-        built.append((threading.current_thread() is threading.main_thread(),
-                      data.sorted_scan.dtype))
-        return data
-
-    monkeypatch.setattr(SweepData, "from_problems", staticmethod(recording))
+    built = _record_sweep_dtypes(monkeypatch)
     batch = qbnb_jax.solve_batch(X, y, weights, task="regression", depth=3)
     assert any(not main for main, _ in built), "no side batch ran on the helper thread"
     assert all(dtype == np.float64 for _, dtype in built)
