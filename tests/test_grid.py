@@ -29,27 +29,31 @@ def shared_batch(seed: int, n: int, p: int, P: int, n_classes: int = 2, scale: i
     return rng, X, y, W, base, problems, tables
 
 
+def _assert_grid_equals_rows(rng, data, n: int, K: int = 3) -> None:
+    """`sweep_grid` of 9 problems over 4 root slots and 5 feature columns (any root
+    features and feature orders, repeats too; empty prefixes and suffixes) equals
+    `sweep_full`'s rows, bit for bit."""
+    cuts = np.sort(rng.integers(0, n + 1, size=(4, K, 9)), axis=1).astype(np.int32)
+    cuts[:, 0, :2] = 0  # empty prefixes
+    cuts[:, -1, 2:4] = n  # empty suffixes
+    slot_f0 = np.array([2, 0, 3, 2], dtype=np.int32)
+    feature = np.array([3, 1, 0, 2, 1], dtype=np.int32)
+    pre, suf = (np.asarray(a) for a in sweep_grid(data, np.int32(0), slot_f0, feature, cuts))
+    q, slot, column = (a.ravel() for a in np.meshgrid(np.arange(9), np.arange(4),
+                                                      np.arange(5), indexing="ij"))
+    want_pre, want_suf = sweep_full(data, q.astype(np.int32), slot_f0[slot],
+                                    feature[column].astype(np.int32), cuts[slot, :, q])
+    np.testing.assert_array_equal(pre[column, slot, :, q], np.asarray(want_pre))
+    np.testing.assert_array_equal(suf[column, slot, :, q], np.asarray(want_suf))
+
+
 @pytest.mark.parametrize("n, scale", [(3, 1), (70, 1), (70, 600)])  # 600: int32 counts
 def test_sweep_grid_equals_sweep_full(n, scale):
     rng, _, _, _, base, problems, _ = shared_batch(n, n, 4, 9, scale=scale)
-    K = 3
     with jax.enable_x64(True):
         data = SweepData.from_problems([base], problems, [0] * len(problems))
         assert data.scan_dtype == ("int16" if scale == 1 else "int32")
-        cuts = np.sort(rng.integers(0, n + 1, size=(4, K, 9)), axis=1).astype(np.int32)
-        cuts[:, 0, :2] = 0  # empty prefixes
-        cuts[:, -1, 2:4] = n  # empty suffixes
-        slot_f0 = np.array([2, 0, 3, 2], dtype=np.int32)  # any root features, repeats too
-        feature = np.array([3, 1, 0, 2, 1], dtype=np.int32)  # any order, repeats too
-        pre, suf = (np.asarray(a) for a in sweep_grid(data, np.int32(0), slot_f0, feature,
-                                                      cuts))
-        q, slot, column = (a.ravel() for a in np.meshgrid(np.arange(9), np.arange(4),
-                                                          np.arange(5), indexing="ij"))
-        f = feature[column]
-        want_pre, want_suf = sweep_full(data, q.astype(np.int32), slot_f0[slot],
-                                        f.astype(np.int32), cuts[slot, :, q])
-    np.testing.assert_array_equal(pre[column, slot, :, q], np.asarray(want_pre))
-    np.testing.assert_array_equal(suf[column, slot, :, q], np.asarray(want_suf))
+        _assert_grid_equals_rows(rng, data, n)
 
 
 @pytest.mark.parametrize("n_classes, n, scale", [(3, 8, 1), (3, 70, 1), (5, 70, 1),
@@ -58,24 +62,10 @@ def test_class_grid_equals_sweep_full(n_classes, n, scale):
     """Integer counts of several classes in the lanes: the integers `sweep_full` returns
     (zero weights, tied values, invalid positions, empty sides)."""
     rng, _, _, _, base, problems, _ = shared_batch(n + n_classes, n, 4, 9, n_classes, scale)
-    K = 3
     with jax.enable_x64(True):
         data = SweepData.from_problems([base], problems, [0] * len(problems))
         assert data.grid_scan.shape[2] == n_classes
-        cuts = np.sort(rng.integers(0, n + 1, size=(4, K, 9)), axis=1).astype(np.int32)
-        cuts[:, 0, :2] = 0
-        cuts[:, -1, 2:4] = n
-        slot_f0 = np.array([2, 0, 3, 2], dtype=np.int32)
-        feature = np.array([3, 1, 0, 2, 1], dtype=np.int32)
-        pre, suf = (np.asarray(a) for a in sweep_grid(data, np.int32(0), slot_f0, feature,
-                                                      cuts))
-        q, slot, column = (a.ravel() for a in np.meshgrid(np.arange(9), np.arange(4),
-                                                          np.arange(5), indexing="ij"))
-        f = feature[column]
-        want_pre, want_suf = sweep_full(data, q.astype(np.int32), slot_f0[slot],
-                                        f.astype(np.int32), cuts[slot, :, q])
-    np.testing.assert_array_equal(pre[column, slot, :, q], np.asarray(want_pre))
-    np.testing.assert_array_equal(suf[column, slot, :, q], np.asarray(want_suf))
+        _assert_grid_equals_rows(rng, data, n)
 
 
 @pytest.mark.parametrize("n_classes", [2, 5])

@@ -92,10 +92,15 @@ def set_stop_event(event: threading.Event | None) -> None:
     _STOP.event = event
 
 
+def stop_event() -> threading.Event | None:
+    """The calling thread's stop event (`set_stop_event`), to pass on to a helper thread."""
+    return getattr(_STOP, "event", None)
+
+
 def _stop_check():
     """A check for the calling thread's stop event, to run before each kernel call
     (also from the pool's threads, which have no event of their own)."""
-    event = getattr(_STOP, "event", None)
+    event = stop_event()
 
     def check() -> None:
         if event is not None and event.is_set():

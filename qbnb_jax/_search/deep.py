@@ -29,9 +29,8 @@ import threading
 import jax
 import numpy as np
 
-from qbnb_jax._device import runner as runner_module
 from qbnb_jax._device.parallel import THREADS
-from qbnb_jax._device.runner import KernelRunner, set_stop_event
+from qbnb_jax._device.runner import KernelRunner, set_stop_event, stop_event
 from qbnb_jax._problem.data import Problem
 from qbnb_jax._problem.host import best_stump, position_threshold
 from qbnb_jax._problem.leaf_limits import root_cut_range
@@ -85,7 +84,7 @@ def side_threads(fn, items: list) -> None:
     lock = threading.Lock()
     queue = iter(items)
     failed = threading.Event()
-    event = getattr(runner_module._STOP, "event", None)
+    event = stop_event()
     x64 = bool(jax.config.jax_enable_x64)
 
     def work(helper: bool) -> None:
