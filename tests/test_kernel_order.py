@@ -144,9 +144,15 @@ def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, kind):
     with jax.enable_x64(True):
         data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
         per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))
-        channels_major = jax.jit(functools.partial(_kernels._channels_major_full_rows, data))
+        channels_major = jax.jit(functools.partial(_kernels._channels_major_full_rows, data),
+                                 static_argnames="m")
         want = per_row(rows, f0, f, cuts)
-        got = channels_major(rows, f0, f, cuts)
+        got = channels_major(rows, f0, f, cuts, m=data.length)
+        # stopping the scan at the samples' end (`scan_length`) changes no number
+        short = channels_major(rows, f0, f, cuts, m=problem.n)
+    assert data.length > problem.n
+    for a, b in zip(short, got):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     for a, b in zip(got, want):
         if kind.startswith("sse"):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-13,
@@ -182,7 +188,8 @@ def test_class_lane_sweep_equals_the_row_sweep(classes, weight, K, n):
         per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))
         want = per_row(rows, f0, f, cuts)
         got = sweep_full(data, rows, f0, f, cuts)
-    for a, b in zip(got, want):
+        short = sweep_full(data, rows, f0, f, cuts, scan_length=n)  # stops at the samples
+    for a, b in zip((*got, *short), (*want, *want)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -399,3 +406,35 @@ def test_the_audit_catches_a_non_commutative_combine():
     closed = jax.make_jaxpr(best_prefix)(jnp.arange(8, dtype=jnp.int32))
     reduces = [e for e in _equations(closed.jaxpr) if e.primitive.name == "reduce"]
     assert reduces and not _is_commutative(reduces[0])
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_subsets_rows_scan_their_own_length(task):
+    """Compacted subsets of different sizes share one padded layout; the rows of the
+    smaller ones are swept in calls of their own that stop at their padded length
+    (`KernelRunner._full_rows`), with the numbers of one full-length call and fewer
+    cut-elements."""
+    from qbnb_jax._device.runner import KernelRunner
+
+    rng = np.random.default_rng(11)
+    n = 600
+    X = np.round(rng.normal(size=(n, 3)), 1)
+    y = rng.normal(size=n) if task == "regression" else rng.integers(0, 4, n)
+    problem = make_problem(X, y, task=task)
+    subs = [problem.compact(problem.rank[0] < size) for size in (70, 300, 590)]
+    rows = np.repeat(np.arange(3), 20)
+    f0 = rng.integers(0, 3, len(rows)).astype(np.int32)
+    f = rng.integers(0, 3, len(rows)).astype(np.int32)
+    sizes = np.array([sub.n for sub in subs])[rows]
+    cuts = np.sort(rng.integers(0, sizes[:, None] + 1, (len(rows), 4)), axis=1).astype(np.int32)
+    with jax.enable_x64(True):
+        runner = KernelRunner(problem).for_compact(subs)
+        assert _kernels.scans_own_length(runner.data)
+        got = runner.full(f0, f, cuts, problem=rows)
+        whole = KernelRunner(problem).for_compact(subs)
+        whole._problem_lengths = None  # every row scans the layout's whole length
+        want = whole.full(f0, f, cuts, problem=rows)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    scanned = [_kernels.padded_length(int(size), 4) for size in sizes]
+    assert runner.counters.cut_elements == 4 * sum(scanned) < whole.counters.cut_elements

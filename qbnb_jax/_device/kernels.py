@@ -511,6 +511,13 @@ def padded_length(n: int, steps_per_octave: int = 8) -> int:
     return -(-n // step) * step
 
 
+def padded_lengths(n: np.ndarray, steps_per_octave: int = 8) -> np.ndarray:
+    """`padded_length` of each of the counts `n`."""
+    values, index = np.unique(np.asarray(n), return_inverse=True)
+    padded = np.array([padded_length(int(v), steps_per_octave) for v in values], np.int64)
+    return padded[index].reshape(np.shape(n))
+
+
 def _cumsum(x: Array, axis: int) -> Array:
     """Inclusive prefix sums in x's own dtype.
 
@@ -764,13 +771,15 @@ def _gathered_row(
     return _window_losses(data, i, f0, lo, hi, cuts, left, base, valid)
 
 
-@jax.jit
+@functools.partial(jax.jit, static_argnames=("scan_length",))
 def sweep_full(
     data: SweepData,
     problem: Int[Array, " rows"],
     f0: Int[Array, " rows"],
     f: Int[Array, " rows"],
     cuts: Int[Array, "rows K"],
+    *,
+    scan_length: int | None = None,
 ) -> tuple[Shaped[Array, "rows K"], Shaped[Array, "rows K"]]:
     """Best stumps on feature `f` of the prefix and suffix of f0's order at each cut.
 
@@ -780,16 +789,32 @@ def sweep_full(
     - `problem`: which problem each row belongs to.
     - `f0`, `f`: root feature and stump feature per row.
     - `cuts`: positions in f0's order (number of samples sent left).
+    - `scan_length`: every row's problem has at most this many samples (`data.length`
+      if None); the kernels that walk the positions one by one (`scans_own_length`)
+      then stop there, since the padding samples after them change no sum or score.
 
     **Returns:** `(prefix, suffix)`, each `(rows, K)`: `L1(prefix_c, f)`, `L1(suffix_c, f)`.
     """
+    m = data.length if scan_length is None else min(scan_length, data.length)
     if uses_class_order(data):
         return _class_order_rows(data, problem, f0, f, jnp.zeros_like(f0), None, cuts)
     if sweeps_class_lanes(data):
-        return _class_lane_rows(data, problem, f0, f, cuts)
+        return _class_lane_rows(data, problem, f0, f, cuts, m)
     if sweeps_channels_major(data):
-        return _channels_major_full_rows(data, problem, f0, f, cuts)
+        return _channels_major_full_rows(data, problem, f0, f, cuts, m)
     return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
+
+
+def scans_own_length(data: SweepData) -> bool:
+    """Whether `sweep_full` takes `scan_length`: its row scans walk the positions one by
+    one (`_class_lane_rows`, `_channels_major_full_rows`)."""
+    return not uses_class_order(data) and (sweeps_class_lanes(data)
+                                           or sweeps_channels_major(data))
+
+
+def _row_orders(data: SweepData, lay: Array, f: Array, m: int) -> Array:
+    """`(R, m)`: the first m samples of each row's feature order (`perm`)."""
+    return data.perm[lay[:, None], f[:, None], jnp.arange(m)[None, :]]
 
 
 def uses_class_order(data: SweepData) -> bool:
@@ -890,37 +915,42 @@ def _channels_major_score(data: SweepData, left: Array, total: Array) -> Array:
 
 
 def _channels_major_full_rows(
-    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array
+    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array, m: int
 ) -> tuple[Array, Array]:
     """`sweep_full` for several channels: all rows in one scan, channels outermost.
 
     One step per position of the rows' feature orders carries the running sums of every
-    (channel, row, cut) and the best scores so far, so no `(n, K, S)` prefix sums are
+    (channel, cut, row) and the best scores so far, so no `(n, K, S)` prefix sums are
     stored, and the maxima over classes (or sums over targets) are element-wise over
-    whole (row, cut) slabs rather than reductions over a short last axis: the vmapped
-    `_full_row` spent most of its time on those. Every running sum is formed in the
+    whole (cut, row) slabs rather than reductions over a short last axis: the vmapped
+    `_full_row` spent most of its time on those. Rows are innermost, the vector lanes
+    (with the cuts innermost, four to a row, a step took about 1.6x longer at 64
+    rows). Every running sum is formed in the
     order `_full_row`'s sequential plan forms it (float weights too), so the sums are
     the same numbers. The running total of all the row's samples (`full_scan`, a
     sequential cumsum of the same values in the same order) is carried rather than
     read: streaming a gathered `(n, S, R)` copy of it cost up to half the sweep.
     """
     lay = data.layout_of[problem]  # (R,)
-    key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
-    values = data.sorted_scan[problem, f]  # (R, n, S)
-    valid = data.cut_valid[lay, f, 1:]  # (R, n)
+    at = jnp.arange(m)[None, :]
+    key = data.rank[lay[:, None], f0[:, None], _row_orders(data, lay, f, m)]  # (R, m)
+    values = data.sorted_scan[problem[:, None], f[:, None], at]  # (R, m, S)
+    valid = data.cut_valid[lay[:, None], f[:, None], at + 1]  # (R, m)
     dtype = values.dtype
     xs = (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key, (1, 0)),
           jnp.transpose(valid, (1, 0)))
     zero = jnp.zeros((), dtype)
 
-    def add_sample(left, value, k):
-        return left + jnp.where((k[:, None] < cuts)[None], value[:, :, None], zero)
+    lane_cuts = jnp.transpose(cuts)  # (K, R)
+
+    def add_sample(left, value, k):  # left (S, K, R), value (S, R), k (R,)
+        return left + jnp.where((k[None, :] < lane_cuts)[None], value[:, None, :], zero)
 
     if jnp.issubdtype(dtype, jnp.integer):  # exact in any order
         inside = key[:, :, None] < cuts[:, None, :]  # (R, n, K)
         pre_scan = jnp.sum(jnp.where(inside[..., None], values[:, :, None, :], zero), axis=1,
                            dtype=dtype)  # (R, K, S)
-        pre_scan = jnp.transpose(pre_scan, (2, 0, 1))  # (S, R, K)
+        pre_scan = jnp.transpose(pre_scan, (2, 1, 0))  # (S, K, R)
         low = jnp.asarray(jnp.iinfo(dtype).min, dtype)
         whole = jnp.transpose(data.full_scan[problem, f, -1], (1, 0))  # (S, R): all samples
     else:  # float weights: the prefix sets' totals summed in the scan's own order, and
@@ -931,21 +961,22 @@ def _channels_major_full_rows(
 
         S = values.shape[-1]
         (pre_scan, whole), _ = jax.lax.scan(
-            first_pass, (jnp.zeros((S, *cuts.shape), dtype), jnp.zeros((S, len(f)), dtype)),
+            first_pass, (jnp.zeros((S, cuts.shape[1], cuts.shape[0]), dtype),
+                         jnp.zeros((S, len(f)), dtype)),
             xs[:2])
         low = jnp.asarray(-jnp.inf, dtype)
-    suf_scan = whole[..., None] - pre_scan
+    suf_scan = whole[:, None, :] - pre_scan
 
     def step(carry, sample):
-        left, total, best_pre, best_suf = carry  # (S, R, K), (S, R), (R, K), (R, K)
+        left, total, best_pre, best_suf = carry  # (S, K, R), (S, R), (K, R), (K, R)
         value, k, ok = sample  # (S, R), (R,), (R,)
         left = add_sample(left, value, k)
         total = total + value  # `full_scan` at this position, summed in its order
-        right = total[..., None] - left  # the suffix set's samples up to this position
+        right = total[:, None, :] - left  # the suffix set's samples up to this position
         score_pre = _channels_major_score(data, left, pre_scan)
         score_suf = _channels_major_score(data, right, suf_scan)
-        best_pre = jnp.maximum(best_pre, jnp.where(ok[:, None], score_pre, low))
-        best_suf = jnp.maximum(best_suf, jnp.where(ok[:, None], score_suf, low))
+        best_pre = jnp.maximum(best_pre, jnp.where(ok[None, :], score_pre, low))
+        best_suf = jnp.maximum(best_suf, jnp.where(ok[None, :], score_suf, low))
         return (left, total, best_pre, best_suf), None
 
     # position 0, the empty left part, is always valid
@@ -953,6 +984,8 @@ def _channels_major_full_rows(
     start = (empty, jnp.zeros_like(whole), _channels_major_score(data, empty, pre_scan),
              _channels_major_score(data, empty, suf_scan))
     (_, _, prefix, suffix), _ = jax.lax.scan(step, start, xs)
+    prefix, suffix = jnp.transpose(prefix), jnp.transpose(suffix)
+    pre_scan, suf_scan = jnp.transpose(pre_scan, (0, 2, 1)), jnp.transpose(suf_scan, (0, 2, 1))
     pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, C)
     suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot
     if data.loss_kind == "sse":
@@ -970,7 +1003,7 @@ CLASS_LANE_ROWS = 64
 
 
 def _class_lane_rows(
-    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array
+    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array, m: int
 ) -> tuple[Array, Array]:
     """`sweep_full` for integer class counts: all rows in one scan, rows in the lanes.
 
@@ -989,11 +1022,13 @@ def _class_lane_rows(
     lay = data.layout_of[problem]  # (R,)
     dtype = data.sorted_scan.dtype
     C = data.n_classes
-    valid = jnp.transpose(data.cut_valid[lay, f, 1:])  # (n, R)
+    at = jnp.arange(m)[None, :]
+    order = _row_orders(data, lay, f, m)  # (R, m)
+    valid = jnp.transpose(data.cut_valid[lay[:, None], f[:, None], at + 1])  # (m, R)
     # root positions compared as int16 where they fit: twice the lanes of int32
     key_dtype = jnp.int16 if data.length < 2**15 else jnp.int32
     if data.root_code.size:  # counts of 0 or 1: root position and class in one read
-        codes = data.root_code[problem[:, None], f0[:, None], data.perm[lay, f]]  # (R, n)
+        codes = data.root_code[problem[:, None], f0[:, None], order]  # (R, m)
         xs = (jnp.transpose(codes), valid)
         label = jnp.arange(C, dtype=jnp.int32)[:, None]
         class_bits = (1 << CLASS_CODE_BITS) - 1
@@ -1003,8 +1038,8 @@ def _class_lane_rows(
             counts = ((code & class_bits)[None, :] == label).astype(dtype)  # (C, R)
             return counts, (code >> CLASS_CODE_BITS).astype(key_dtype), ok
     else:  # every class count of every position, transposed
-        key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
-        xs = (jnp.transpose(data.sorted_scan[problem, f], (1, 2, 0)),
+        key = data.rank[lay[:, None], f0[:, None], order]  # (R, m)
+        xs = (jnp.transpose(data.sorted_scan[problem[:, None], f[:, None], at], (1, 2, 0)),
               jnp.transpose(key).astype(key_dtype), valid)
 
         def sample_of(x):
