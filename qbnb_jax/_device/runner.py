@@ -20,6 +20,8 @@ from qbnb_jax._device.kernels import (
     CLASS_LANE_ROWS,
     GRID_LANES,
     SweepData,
+    padded_lengths,
+    scans_own_length,
     sweep_full,
     sweep_gathered,
     sweep_grid,
@@ -51,6 +53,7 @@ ACCELERATOR_MAX_ROWS = 4096
 ACCELERATOR_SHARE = 8
 BYTES_PER_ELEMENT = 32  # a few live (chunk, cuts, length, channels) intermediates
 MAX_CUTS = 32  # cuts per row per call; more are split into blocks
+COMPACT_STEPS = 4  # `padded_length` steps per octave of `for_compact` subsets
 # Windows longer than n / GATHER_SHARE are scanned in place rather than gathered.
 GATHER_SHARE = 4
 WINDOW_CUTS = 8  # cuts per call for windowed and gathered rows
@@ -138,6 +141,21 @@ def _zero_padded(a: np.ndarray, rows: int) -> np.ndarray:
     out = np.zeros((rows, *a.shape[1:]), dtype=np.int32)
     out[: len(a)] = a
     return out
+
+
+def _call_rows(rows: int, chunk: int, split_tail: bool) -> list[tuple[int, int]]:
+    """`(first row, rows)` of each call: full chunks, then (`split_tail`) the rest in
+    a call of the least of chunk / 4, chunk / 2 and chunk that holds it, so that a
+    request's padding is at most a quarter chunk while its calls take at most three
+    shapes."""
+    calls = [(r0, chunk) for r0 in range(0, rows - rows % chunk, chunk)]
+    rest = rows % chunk
+    if rest:
+        size = chunk
+        while split_tail and size % 2 == 0 and size // 2 >= max(rest, chunk // 4):
+            size //= 2
+        calls.append((rows - rest, size))
+    return calls
 
 
 def pow2_at_least(x: int) -> int:
@@ -234,7 +252,9 @@ class KernelRunner:
         """
         child = self.for_problem(0, problems[0])
         child.data = SweepData.from_problems(problems, problems, list(range(len(problems))),
-                                             steps_per_octave=4, count_base=4, chunks=chunks)
+                                             steps_per_octave=COMPACT_STEPS, count_base=4,
+                                             chunks=chunks)
+        child._problem_lengths = np.array([pr.n for pr in problems])
         child._data_key = self._key_of(child.data)
         child._limit_data = None  # built for this data when asked for
         child._compact_problems = problems
@@ -289,6 +309,10 @@ class KernelRunner:
         # class-ordered sweeps carry one count per (row, cut), whatever the classes
         channels = 1 if uses_class_order(self.data) else int(self.data.sorted_scan.shape[-1])
         per_row = cuts * (length + 1) * channels
+        if name == "full" and self.data.plan == "sequential" and sweeps_channels_major(self.data):
+            # it carries the (channel, row, cut) sums; what a call streams is each row's
+            # channels and root positions, one position a step
+            per_row = (length + 1) * (channels + 1)
         if self.data.plan == "parallel":
             fit = _accelerator_free_bytes() // (ACCELERATOR_SHARE * BYTES_PER_ELEMENT * per_row)
             return max(1, min(ACCELERATOR_MAX_ROWS, _pow2_at_most(fit), pow2_at_least(rows)))
@@ -330,25 +354,28 @@ class KernelRunner:
                 block = np.concatenate(
                     [block, np.repeat(block[:, -1:], cut_block - width, axis=1)], axis=1
                 )
-            padded_rows = -(-rows // chunk) * chunk
+            calls = _call_rows(rows, chunk, self.data.plan == "sequential")
+            padded_rows = calls[-1][0] + calls[-1][1]
             padded = [_zero_padded(a, padded_rows) for a in (*row_arrays, block)]
-            first = (data, *place(tuple(a[:chunk] for a in padded)))
             stop()
-            exe = self._executable(name, fn, first, extra_statics)
+            exes = {size: self._executable(name, fn, (data, *place(tuple(
+                        a[:size] for a in padded))), extra_statics)
+                    for size in sorted({size for _, size in calls})}
 
-            def run_chunk(r0: int, exe=exe, padded=padded, c0=c0, width=width) -> None:
+            def run_chunk(call, padded=padded, c0=c0, width=width) -> None:
                 stop()
-                r1 = min(rows, r0 + chunk)
-                args = tuple(a[r0 : r0 + chunk] for a in padded)
+                r0, size = call
+                r1 = min(rows, r0 + size)
+                args = tuple(a[r0 : r0 + size] for a in padded)
                 start = time.perf_counter()
-                pre, suf = (np.asarray(a) for a in exe(data, *place(args)))
+                pre, suf = (np.asarray(a) for a in exes[size](data, *place(args)))
                 self._account_call(start, args, (pre, suf))
                 out_pre[r0:r1, c0 : c0 + width] = pre[: r1 - r0, :width]
                 out_suf[r0:r1, c0 : c0 + width] = suf[: r1 - r0, :width]
 
             # One cache-sized call per chunk of rows. An XLA CPU call runs on one core
             # and releases the GIL, so calls from a few threads use the other cores.
-            run_all(run_chunk, range(0, rows, chunk))
+            run_all(run_chunk, calls)
             self.counters.add(rows_evaluated=rows, cut_evaluations=rows * width,
                               cut_elements=rows * cut_block * length)
         return out_pre, out_suf
@@ -363,12 +390,29 @@ class KernelRunner:
         problem = self._rows_of(problem, len(f0))
         plan = self._grid_plan(problem, f0, f, cuts)
         if plan is None:
-            return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
+            return self._full_rows(problem, f0, f, cuts)
         pre, suf = self._run_grid(plan, f, cuts.shape[1])
         rest = ~plan.on_grid
         if rest.any():
-            pre[rest], suf[rest] = self._run("full", sweep_full, self.data.length,
-                                             [problem[rest], f0[rest], f[rest]], cuts[rest], {})
+            pre[rest], suf[rest] = self._full_rows(problem[rest], f0[rest], f[rest], cuts[rest])
+        return pre, suf
+
+    def _full_rows(self, problem, f0, f, cuts):
+        """`sweep_full` of these rows. Subsets of different sizes share one padded
+        layout (`for_compact`); where the kernel scans positions one by one
+        (`scans_own_length`), rows of smaller subsets go to calls of their own whose
+        scans stop at their subsets' padded length, not the largest's."""
+        lengths = self.__dict__.get("_problem_lengths")
+        if lengths is None or not scans_own_length(self.data):
+            return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
+        need = np.minimum(padded_lengths(lengths[problem], COMPACT_STEPS), self.data.length)
+        pre = np.empty(cuts.shape)
+        suf = np.empty(cuts.shape)
+        for m in np.unique(need):
+            rows = np.nonzero(need == m)[0]
+            pre[rows], suf[rows] = self._run("full", sweep_full, int(m),
+                                             [problem[rows], f0[rows], f[rows]], cuts[rows],
+                                             {"scan_length": int(m)})
         return pre, suf
 
     def limited(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray, problem=None):
