@@ -354,7 +354,9 @@ class KernelRunner:
                 block = np.concatenate(
                     [block, np.repeat(block[:, -1:], cut_block - width, axis=1)], axis=1
                 )
-            calls = _call_rows(rows, chunk, self.data.plan == "sequential")
+            # class lanes keep whole calls: at fewer rows their steps run at scalar speed
+            calls = _call_rows(rows, chunk, self.data.plan == "sequential" and not (
+                name == "full" and sweeps_class_lanes(self.data)))
             padded_rows = calls[-1][0] + calls[-1][1]
             padded = [_zero_padded(a, padded_rows) for a in (*row_arrays, block)]
             stop()
