@@ -408,9 +408,8 @@ def test_the_audit_catches_a_non_commutative_combine():
     assert reduces and not _is_commutative(reduces[0])
 
 
-@pytest.mark.parametrize("task, classes", [("regression", 0), ("classification", 4),
-                                           ("classification", 2)])
-def test_subsets_rows_scan_their_own_length(task, classes):
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_subsets_rows_scan_their_own_length(task):
     """Compacted subsets of different sizes share one padded layout; the rows of the
     smaller ones are swept in calls of their own that stop at their padded length
     (`KernelRunner._full_rows`), with the numbers of one full-length call and fewer
@@ -420,7 +419,7 @@ def test_subsets_rows_scan_their_own_length(task, classes):
     rng = np.random.default_rng(11)
     n = 600
     X = np.round(rng.normal(size=(n, 3)), 1)
-    y = rng.normal(size=n) if task == "regression" else rng.integers(0, classes, n)
+    y = rng.normal(size=n) if task == "regression" else rng.integers(0, 4, n)
     problem = make_problem(X, y, task=task)
     subs = [problem.compact(problem.rank[0] < size) for size in (70, 300, 590)]
     rows = np.repeat(np.arange(3), 20)

@@ -619,20 +619,18 @@ def _two_class_score(part_total: Array, top: Array, bottom: Array) -> Array:
 
 
 def _binary_full_row(
-    data: SweepData, i: Array, f0: Array, f: Array, cuts: Array, m: int | None = None
+    data: SweepData, i: Array, f0: Array, f: Array, cuts: Array
 ) -> tuple[Array, Array]:
     """`_full_row` for two classes: one signed count `d` per sample.
 
     A split at prefix sum `a` of a set with total `T` scores `|a| + |T - a|`, which is
     `max(|T|, 2a - T, T - 2a)`: the best score needs only the largest and smallest
     prefix sums over valid positions (position 0, the empty side, gives `|T|`).
-    Only the first `m` positions are swept (all if None): the samples' count or more.
     """
-    m = data.length if m is None else m
     lay = data.layout_of[i]
-    key = data.rank[lay, f0][data.perm[lay, f, :m]]
-    d = data.sorted_scan[i, f, :m]  # (m, 1)
-    valid = data.cut_valid[lay, f, 1 : m + 1]
+    key = _root_positions(data, lay, f0, f)
+    d = data.sorted_scan[i, f]  # (n, 1)
+    valid = data.cut_valid[lay, f, 1:]
     # one more cut past every position: its sums are the prefix sums of the whole set
     sums = _masked_prefix_sums(data, d, key, jnp.append(cuts, data.length))[..., 0]
     left, right = sums[:, :-1], sums[:, -1:] - sums[:, :-1]  # (n, K): right, the suffix part
@@ -707,11 +705,9 @@ def _blocked_full_row(
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
-def _full_row(data: SweepData, i: Array, f0: Array, f: Array, cuts: Array,
-              m: int | None = None) -> tuple[Array, Array]:
-    """`sweep_full` of one row; `m`: positions swept, for two-class counts only."""
-    if _binary_counts(data):
-        return _binary_full_row(data, i, f0, f, cuts, m)
+def _full_row(data: SweepData, i: Array, f0: Array, f: Array, cuts: Array) -> tuple[Array, Array]:
+    if data.binary and jnp.issubdtype(data.sorted_scan.dtype, jnp.integer):
+        return _binary_full_row(data, i, f0, f, cuts)
     _check_full_scan(data)
     if data.length >= BLOCKED_FROM and data.length % FULL_BLOCK == 0:
         return _blocked_full_row(data, i, f0, f, cuts)
@@ -806,19 +802,14 @@ def sweep_full(
         return _class_lane_rows(data, problem, f0, f, cuts, m)
     if sweeps_channels_major(data):
         return _channels_major_full_rows(data, problem, f0, f, cuts, m)
-    return jax.vmap(functools.partial(_full_row, data, m=m))(problem, f0, f, cuts)
-
-
-def _binary_counts(data: SweepData) -> bool:
-    return data.binary and jnp.issubdtype(data.sorted_scan.dtype, jnp.integer)
+    return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
 
 
 def scans_own_length(data: SweepData) -> bool:
-    """Whether `sweep_full` takes `scan_length`: its rows sweep the positions in order
-    (`_class_lane_rows`, `_channels_major_full_rows`, `_binary_full_row`)."""
+    """Whether `sweep_full` takes `scan_length`: its row scans walk the positions one by
+    one (`_class_lane_rows`, `_channels_major_full_rows`)."""
     return not uses_class_order(data) and (sweeps_class_lanes(data)
-                                           or sweeps_channels_major(data)
-                                           or _binary_counts(data))
+                                           or sweeps_channels_major(data))
 
 
 def _row_orders(data: SweepData, lay: Array, f: Array, m: int) -> Array:
