@@ -144,12 +144,13 @@ def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, kind):
     with jax.enable_x64(True):
         data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
         per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))
-        channels_major = jax.jit(functools.partial(_kernels._channels_major_full_rows, data),
-                                 static_argnames="m")
+        channels_major = jax.jit(_kernels._channels_major_full_rows,
+                                 static_argnames="steps")
         want = per_row(rows, f0, f, cuts)
-        got = channels_major(rows, f0, f, cuts, m=data.length)
-        # stopping the scan at the samples' end (`scan_length`) changes no number
-        short = channels_major(rows, f0, f, cuts, m=problem.n)
+        got = channels_major(data, rows, f0, f, cuts, steps=data.length)
+        # a walk that stops after the samples (a traced count) changes no number
+        short = jax.jit(_kernels._channels_major_full_rows)(data, rows, f0, f, cuts,
+                                                            np.int32(problem.n))
     assert data.length > problem.n
     for a, b in zip(short, got):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -188,7 +189,7 @@ def test_class_lane_sweep_equals_the_row_sweep(classes, weight, K, n):
         per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))
         want = per_row(rows, f0, f, cuts)
         got = sweep_full(data, rows, f0, f, cuts)
-        short = sweep_full(data, rows, f0, f, cuts, scan_length=n)  # stops at the samples
+        short = _kernels.sweep_full_within(data, rows, f0, f, np.full_like(f0, n), cuts)
     for a, b in zip((*got, *short), (*want, *want)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
@@ -409,11 +410,11 @@ def test_the_audit_catches_a_non_commutative_combine():
 
 
 @pytest.mark.parametrize("task", ["regression", "classification"])
-def test_subsets_rows_scan_their_own_length(task):
-    """Compacted subsets of different sizes share one padded layout; the rows of the
-    smaller ones are swept in calls of their own that stop at their padded length
-    (`KernelRunner._full_rows`), with the numbers of one full-length call and fewer
-    cut-elements."""
+def test_subsets_rows_walk_their_own_length(task):
+    """Compacted subsets of different sizes share one padded layout; rows of the
+    smaller ones are swept by `sweep_full_within`, whose walk stops after the longest
+    row of a call (`KernelRunner._full_rows`): the numbers of a full-length sweep, with
+    fewer cut-elements."""
     from qbnb_jax._device.runner import KernelRunner
 
     rng = np.random.default_rng(11)
@@ -422,7 +423,7 @@ def test_subsets_rows_scan_their_own_length(task):
     y = rng.normal(size=n) if task == "regression" else rng.integers(0, 4, n)
     problem = make_problem(X, y, task=task)
     subs = [problem.compact(problem.rank[0] < size) for size in (70, 300, 590)]
-    rows = np.repeat(np.arange(3), 20)
+    rows = np.repeat([1, 0], 20)  # rows of the two smaller subsets, not in size order
     f0 = rng.integers(0, 3, len(rows)).astype(np.int32)
     f = rng.integers(0, 3, len(rows)).astype(np.int32)
     sizes = np.array([sub.n for sub in subs])[rows]
@@ -432,9 +433,9 @@ def test_subsets_rows_scan_their_own_length(task):
         assert _kernels.scans_own_length(runner.data)
         got = runner.full(f0, f, cuts, problem=rows)
         whole = KernelRunner(problem).for_compact(subs)
-        whole._problem_lengths = None  # every row scans the layout's whole length
+        whole._problem_lengths = None  # every row walks the layout's whole length
         want = whole.full(f0, f, cuts, problem=rows)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
-    scanned = [_kernels.padded_length(int(size), 4) for size in sizes]
-    assert runner.counters.cut_elements == 4 * sum(scanned) < whole.counters.cut_elements
+    assert runner.counters.cut_elements <= 4 * len(rows) * sizes.max()
+    assert whole.counters.cut_elements == 4 * len(rows) * runner.data.length

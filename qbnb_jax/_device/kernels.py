@@ -511,13 +511,6 @@ def padded_length(n: int, steps_per_octave: int = 8) -> int:
     return -(-n // step) * step
 
 
-def padded_lengths(n: np.ndarray, steps_per_octave: int = 8) -> np.ndarray:
-    """`padded_length` of each of the counts `n`."""
-    values, index = np.unique(np.asarray(n), return_inverse=True)
-    padded = np.array([padded_length(int(v), steps_per_octave) for v in values], np.int64)
-    return padded[index].reshape(np.shape(n))
-
-
 def _cumsum(x: Array, axis: int) -> Array:
     """Inclusive prefix sums in x's own dtype.
 
@@ -771,15 +764,13 @@ def _gathered_row(
     return _window_losses(data, i, f0, lo, hi, cuts, left, base, valid)
 
 
-@functools.partial(jax.jit, static_argnames=("scan_length",))
+@jax.jit
 def sweep_full(
     data: SweepData,
     problem: Int[Array, " rows"],
     f0: Int[Array, " rows"],
     f: Int[Array, " rows"],
     cuts: Int[Array, "rows K"],
-    *,
-    scan_length: int | None = None,
 ) -> tuple[Shaped[Array, "rows K"], Shaped[Array, "rows K"]]:
     """Best stumps on feature `f` of the prefix and suffix of f0's order at each cut.
 
@@ -789,32 +780,52 @@ def sweep_full(
     - `problem`: which problem each row belongs to.
     - `f0`, `f`: root feature and stump feature per row.
     - `cuts`: positions in f0's order (number of samples sent left).
-    - `scan_length`: every row's problem has at most this many samples (`data.length`
-      if None); the kernels that walk the positions one by one (`scans_own_length`)
-      then stop there, since the padding samples after them change no sum or score.
 
     **Returns:** `(prefix, suffix)`, each `(rows, K)`: `L1(prefix_c, f)`, `L1(suffix_c, f)`.
     """
-    m = data.length if scan_length is None else min(scan_length, data.length)
     if uses_class_order(data):
         return _class_order_rows(data, problem, f0, f, jnp.zeros_like(f0), None, cuts)
     if sweeps_class_lanes(data):
-        return _class_lane_rows(data, problem, f0, f, cuts, m)
+        return _class_lane_rows(data, problem, f0, f, cuts, data.length)
     if sweeps_channels_major(data):
-        return _channels_major_full_rows(data, problem, f0, f, cuts, m)
+        return _channels_major_full_rows(data, problem, f0, f, cuts, data.length)
     return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
 
 
+@jax.jit
+def sweep_full_within(
+    data: SweepData,
+    problem: Int[Array, " rows"],
+    f0: Int[Array, " rows"],
+    f: Int[Array, " rows"],
+    length: Int[Array, " rows"],
+    cuts: Int[Array, "rows K"],
+) -> tuple[Shaped[Array, "rows K"], Shaped[Array, "rows K"]]:
+    """`sweep_full` for data that `scans_own_length`, of rows whose problems have
+    `length` samples (0 for padding rows): the walk over positions stops after the
+    longest. Padding samples come after every real one in every order, add exact
+    zeros and are never valid positions, so the numbers are `sweep_full`'s; the count
+    is traced, so one compiled loop serves every length."""
+    steps = jnp.max(length)
+    if sweeps_class_lanes(data):
+        return _class_lane_rows(data, problem, f0, f, cuts, steps)
+    return _channels_major_full_rows(data, problem, f0, f, cuts, steps)
+
+
 def scans_own_length(data: SweepData) -> bool:
-    """Whether `sweep_full` takes `scan_length`: its row scans walk the positions one by
-    one (`_class_lane_rows`, `_channels_major_full_rows`)."""
+    """Whether `sweep_full_within` serves this data: its full sweeps walk the positions
+    one by one (`_class_lane_rows`, `_channels_major_full_rows`)."""
     return not uses_class_order(data) and (sweeps_class_lanes(data)
                                            or sweeps_channels_major(data))
 
 
-def _row_orders(data: SweepData, lay: Array, f: Array, m: int) -> Array:
-    """`(R, m)`: the first m samples of each row's feature order (`perm`)."""
-    return data.perm[lay[:, None], f[:, None], jnp.arange(m)[None, :]]
+def _walk(step, carry, xs, steps):
+    """`lax.scan(step, carry, xs)[0]` over the first `steps` entries of `xs` (a traced
+    count or all of them), one entry per step in order."""
+    def body(i, carry):
+        return step(carry, jax.tree.map(
+            lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False), xs))[0]
+    return jax.lax.fori_loop(0, steps, body, carry)
 
 
 def uses_class_order(data: SweepData) -> bool:
@@ -915,7 +926,7 @@ def _channels_major_score(data: SweepData, left: Array, total: Array) -> Array:
 
 
 def _channels_major_full_rows(
-    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array, m: int
+    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array, steps
 ) -> tuple[Array, Array]:
     """`sweep_full` for several channels: all rows in one scan, channels outermost.
 
@@ -932,10 +943,9 @@ def _channels_major_full_rows(
     read: streaming a gathered `(n, S, R)` copy of it cost up to half the sweep.
     """
     lay = data.layout_of[problem]  # (R,)
-    at = jnp.arange(m)[None, :]
-    key = data.rank[lay[:, None], f0[:, None], _row_orders(data, lay, f, m)]  # (R, m)
-    values = data.sorted_scan[problem[:, None], f[:, None], at]  # (R, m, S)
-    valid = data.cut_valid[lay[:, None], f[:, None], at + 1]  # (R, m)
+    key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
+    values = data.sorted_scan[problem, f]  # (R, n, S)
+    valid = data.cut_valid[lay, f, 1:]  # (R, n)
     dtype = values.dtype
     xs = (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key, (1, 0)),
           jnp.transpose(valid, (1, 0)))
@@ -960,10 +970,10 @@ def _channels_major_full_rows(
             return (add_sample(left, x[0], x[1]), total + x[0]), None
 
         S = values.shape[-1]
-        (pre_scan, whole), _ = jax.lax.scan(
+        pre_scan, whole = _walk(
             first_pass, (jnp.zeros((S, cuts.shape[1], cuts.shape[0]), dtype),
                          jnp.zeros((S, len(f)), dtype)),
-            xs[:2])
+            xs[:2], steps)
         low = jnp.asarray(-jnp.inf, dtype)
     suf_scan = whole[:, None, :] - pre_scan
 
@@ -983,7 +993,7 @@ def _channels_major_full_rows(
     empty = jnp.zeros_like(pre_scan)
     start = (empty, jnp.zeros_like(whole), _channels_major_score(data, empty, pre_scan),
              _channels_major_score(data, empty, suf_scan))
-    (_, _, prefix, suffix), _ = jax.lax.scan(step, start, xs)
+    _, _, prefix, suffix = _walk(step, start, xs, steps)
     prefix, suffix = jnp.transpose(prefix), jnp.transpose(suffix)
     pre_scan, suf_scan = jnp.transpose(pre_scan, (0, 2, 1)), jnp.transpose(suf_scan, (0, 2, 1))
     pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, C)
@@ -1003,7 +1013,7 @@ CLASS_LANE_ROWS = 64
 
 
 def _class_lane_rows(
-    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array, m: int
+    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array, steps
 ) -> tuple[Array, Array]:
     """`sweep_full` for integer class counts: all rows in one scan, rows in the lanes.
 
@@ -1022,13 +1032,11 @@ def _class_lane_rows(
     lay = data.layout_of[problem]  # (R,)
     dtype = data.sorted_scan.dtype
     C = data.n_classes
-    at = jnp.arange(m)[None, :]
-    order = _row_orders(data, lay, f, m)  # (R, m)
-    valid = jnp.transpose(data.cut_valid[lay[:, None], f[:, None], at + 1])  # (m, R)
+    valid = jnp.transpose(data.cut_valid[lay, f, 1:])  # (n, R)
     # root positions compared as int16 where they fit: twice the lanes of int32
     key_dtype = jnp.int16 if data.length < 2**15 else jnp.int32
     if data.root_code.size:  # counts of 0 or 1: root position and class in one read
-        codes = data.root_code[problem[:, None], f0[:, None], order]  # (R, m)
+        codes = data.root_code[problem[:, None], f0[:, None], data.perm[lay, f]]  # (R, n)
         xs = (jnp.transpose(codes), valid)
         label = jnp.arange(C, dtype=jnp.int32)[:, None]
         class_bits = (1 << CLASS_CODE_BITS) - 1
@@ -1038,8 +1046,8 @@ def _class_lane_rows(
             counts = ((code & class_bits)[None, :] == label).astype(dtype)  # (C, R)
             return counts, (code >> CLASS_CODE_BITS).astype(key_dtype), ok
     else:  # every class count of every position, transposed
-        key = data.rank[lay[:, None], f0[:, None], order]  # (R, m)
-        xs = (jnp.transpose(data.sorted_scan[problem[:, None], f[:, None], at], (1, 2, 0)),
+        key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
+        xs = (jnp.transpose(data.sorted_scan[problem, f], (1, 2, 0)),
               jnp.transpose(key).astype(key_dtype), valid)
 
         def sample_of(x):
@@ -1075,7 +1083,7 @@ def _class_lane_rows(
     empty = jnp.zeros_like(pre_scan)
     start = (empty, jnp.zeros((C, cuts.shape[0]), dtype), score(empty, pre_scan),
              score(empty, suf_scan))
-    (_, _, prefix, suffix), _ = jax.lax.scan(step, start, xs)
+    _, _, prefix, suffix = _walk(step, start, xs, steps)
     pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, 1)
     suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot
     return (_loss_from_score(data, pre_tot, jnp.transpose(prefix)),

@@ -20,9 +20,9 @@ from qbnb_jax._device.kernels import (
     CLASS_LANE_ROWS,
     GRID_LANES,
     SweepData,
-    padded_lengths,
     scans_own_length,
     sweep_full,
+    sweep_full_within,
     sweep_gathered,
     sweep_grid,
     sweep_windowed,
@@ -79,6 +79,13 @@ SSE_GRID_CARRY_BYTES = 1 << 19
 # --source concrete`). Each lane's operations are the same, so are its floats.
 SSE_GRID_COMPILER_OPTIONS = {"xla_cpu_prefer_vector_width": "512"}
 
+# Compiled executables of this process. Each holds memory maps of its machine code,
+# and JAX's own caches keep them alive too: a long-lived process that solves problems
+# of many shapes (a notebook, a test suite) would exhaust the kernel's limit on maps
+# (vm.max_map_count, often 65,530; about 65 maps an executable) and crash inside XLA.
+# So at MAX_EXECUTABLES both are cleared (`jax.clear_caches`); an executable needed
+# again is read back from the persistent cache or compiled.
+MAX_EXECUTABLES = 384
 _COMPILED: dict[tuple, object] = {}
 _COMPILE_LOCK = threading.Lock()
 _COUNTER_LOCK = threading.Lock()
@@ -141,21 +148,6 @@ def _zero_padded(a: np.ndarray, rows: int) -> np.ndarray:
     out = np.zeros((rows, *a.shape[1:]), dtype=np.int32)
     out[: len(a)] = a
     return out
-
-
-def _call_rows(rows: int, chunk: int, split_tail: bool) -> list[tuple[int, int]]:
-    """`(first row, rows)` of each call: full chunks, then (`split_tail`) the rest in
-    a call of the least of chunk / 4, chunk / 2 and chunk that holds it, so that a
-    request's padding is at most a quarter chunk while its calls take at most three
-    shapes."""
-    calls = [(r0, chunk) for r0 in range(0, rows - rows % chunk, chunk)]
-    rest = rows % chunk
-    if rest:
-        size = chunk
-        while split_tail and size % 2 == 0 and size // 2 >= max(rest, chunk // 4):
-            size //= 2
-        calls.append((rows - rest, size))
-    return calls
 
 
 def pow2_at_least(x: int) -> int:
@@ -283,6 +275,9 @@ class KernelRunner:
     def _compile(self, key, fn, args, statics, options=None):
         exe = _COMPILED.get(key)
         if exe is None:
+            if len(_COMPILED) >= MAX_EXECUTABLES:  # under the lock: no other compile
+                _COMPILED.clear()
+                jax.clear_caches()
             start = time.perf_counter()
             exe = fn.lower(*args, **statics).compile(compiler_options=options)
             self.counters.add(compile_seconds=time.perf_counter() - start, compiles=1)
@@ -324,10 +319,13 @@ class KernelRunner:
         return chunk
 
     def _run(self, name, fn, length, row_arrays, cuts, extra_statics, cut_block=MAX_CUTS,
-             data=None):
+             data=None, row_length=None):
         """Pad rows/cuts to buckets, split into calls, return (prefix, suffix) numpy.
 
-        `data`: what `fn` reads, if not this runner's `SweepData`."""
+        `data`: what `fn` reads, if not this runner's `SweepData`. `row_length`: the
+        rows' own lengths, ascending, for kernels whose walk stops after a call's
+        longest row (`sweep_full_within`): the cut-elements counted are then each
+        call's rows times that length."""
         rows, n_cuts = cuts.shape
         out_pre = np.empty((rows, n_cuts), dtype=np.float64)
         out_suf = np.empty((rows, n_cuts), dtype=np.float64)
@@ -354,32 +352,30 @@ class KernelRunner:
                 block = np.concatenate(
                     [block, np.repeat(block[:, -1:], cut_block - width, axis=1)], axis=1
                 )
-            # class lanes keep whole calls: at fewer rows their steps run at scalar speed
-            calls = _call_rows(rows, chunk, self.data.plan == "sequential" and not (
-                name == "full" and sweeps_class_lanes(self.data)))
-            padded_rows = calls[-1][0] + calls[-1][1]
+            padded_rows = -(-rows // chunk) * chunk
             padded = [_zero_padded(a, padded_rows) for a in (*row_arrays, block)]
+            first = (data, *place(tuple(a[:chunk] for a in padded)))
             stop()
-            exes = {size: self._executable(name, fn, (data, *place(tuple(
-                        a[:size] for a in padded))), extra_statics)
-                    for size in sorted({size for _, size in calls})}
+            exe = self._executable(name, fn, first, extra_statics)
 
-            def run_chunk(call, padded=padded, c0=c0, width=width) -> None:
+            def run_chunk(r0: int, exe=exe, padded=padded, c0=c0, width=width) -> None:
                 stop()
-                r0, size = call
-                r1 = min(rows, r0 + size)
-                args = tuple(a[r0 : r0 + size] for a in padded)
+                r1 = min(rows, r0 + chunk)
+                args = tuple(a[r0 : r0 + chunk] for a in padded)
                 start = time.perf_counter()
-                pre, suf = (np.asarray(a) for a in exes[size](data, *place(args)))
+                pre, suf = (np.asarray(a) for a in exe(data, *place(args)))
                 self._account_call(start, args, (pre, suf))
                 out_pre[r0:r1, c0 : c0 + width] = pre[: r1 - r0, :width]
                 out_suf[r0:r1, c0 : c0 + width] = suf[: r1 - r0, :width]
 
             # One cache-sized call per chunk of rows. An XLA CPU call runs on one core
             # and releases the GIL, so calls from a few threads use the other cores.
-            run_all(run_chunk, calls)
+            run_all(run_chunk, range(0, rows, chunk))
+            walked = (rows * length if row_length is None else
+                      sum(len(part) * int(part[-1]) for part in
+                          (row_length[r0 : r0 + chunk] for r0 in range(0, rows, chunk))))
             self.counters.add(rows_evaluated=rows, cut_evaluations=rows * width,
-                              cut_elements=rows * cut_block * length)
+                              cut_elements=cut_block * walked)
         return out_pre, out_suf
 
     def full(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray, problem=None):
@@ -401,20 +397,20 @@ class KernelRunner:
 
     def _full_rows(self, problem, f0, f, cuts):
         """`sweep_full` of these rows. Subsets of different sizes share one padded
-        layout (`for_compact`); where the kernel scans positions one by one
-        (`scans_own_length`), rows of smaller subsets go to calls of their own whose
-        scans stop at their subsets' padded length, not the largest's."""
+        layout (`for_compact`); where the kernel walks positions one by one
+        (`scans_own_length`), the rows go to calls in order of their subset's size,
+        each call's walk stopping after its longest subset (`sweep_full_within`), so
+        a small side costs about its own n, not the largest side's."""
         lengths = self.__dict__.get("_problem_lengths")
         if lengths is None or not scans_own_length(self.data):
             return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
-        need = np.minimum(padded_lengths(lengths[problem], COMPACT_STEPS), self.data.length)
-        pre = np.empty(cuts.shape)
-        suf = np.empty(cuts.shape)
-        for m in np.unique(need):
-            rows = np.nonzero(need == m)[0]
-            pre[rows], suf[rows] = self._run("full", sweep_full, int(m),
-                                             [problem[rows], f0[rows], f[rows]], cuts[rows],
-                                             {"scan_length": int(m)})
+        length = lengths[problem]
+        order = np.argsort(length, kind="stable")
+        pre, suf = np.empty(cuts.shape), np.empty(cuts.shape)
+        pre[order], suf[order] = self._run(
+            "full", sweep_full_within, self.data.length,
+            [problem[order], f0[order], f[order], length[order]], cuts[order], {},
+            row_length=length[order])
         return pre, suf
 
     def limited(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray, problem=None):
