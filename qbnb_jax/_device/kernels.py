@@ -183,11 +183,17 @@ class SweepData(eqx.Module):
         first = problems[0]
         binary = first.loss_kind != "sse" and first.n_channels == 2
         field_bits = 0
+        # every sample's stats sum to 1 (`CompactSides.unit_weight`): a problem's
+        # summed weight before a position is the position, up to its n
+        unit_sizes = None
+        if chunks is not None and all(chunk.unit_weight for chunk in chunks):
+            unit_sizes = np.concatenate([chunk.sizes for chunk in chunks])
         if stat_tables is not None:
             total = None
             scan_dtype = stat_tables["sorted_scan"].dtype
         elif first.loss_kind == "count":
-            total = max(int(pr.stats.sum()) for pr in problems)
+            total = (int(unit_sizes.max(initial=0)) if unit_sizes is not None
+                     else max(int(pr.stats.sum()) for pr in problems))
             scan_dtype = first.stats.dtype
         else:
             total = None
@@ -214,7 +220,7 @@ class SweepData(eqx.Module):
             tables = _stat_tables([pr.stats for pr in problems], perm, layout_of, bucket,
                                   binary=binary, loss_kind=first.loss_kind,
                                   field_bits=field_bits, scan_dtype=scan_dtype,
-                                  full_sums=full_sums,
+                                  full_sums=full_sums, unit_sizes=unit_sizes,
                                   signed_chunks=chunks if binary and chunks is not None
                                   and all(ch.signed is not None for ch in chunks) else None)
         class_order = (first.loss_kind == "count" and first.n_channels >= CLASS_ORDER_FROM
@@ -302,8 +308,8 @@ def aligned_zeros(shape: tuple, dtype) -> np.ndarray:
 
 def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarray,
                  bucket: int, *, binary: bool, loss_kind: str, field_bits: int,
-                 scan_dtype, full_sums: bool = True, signed_chunks: list | None = None
-                 ) -> dict[str, np.ndarray]:
+                 scan_dtype, full_sums: bool = True, signed_chunks: list | None = None,
+                 unit_sizes: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Host stat tables of `SweepData`; problem i is laid out as `perm[layout_of[i]]`.
 
     Built for all problems at once (stats padded with zero samples, as the layouts
@@ -315,6 +321,8 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     large batches these tables are the largest host
     cost. `signed_chunks`: `data.CompactSides` of the (two-class) problems, in order,
     whose `signed` counts in each feature's order are `sorted_scan` already.
+    `unit_sizes`: each problem's n, where every sample's stats sum to 1 (integer
+    counts of unit weights): `root_cum` is then the position, up to the problem's n.
     """
     count = len(stats)
     L, p, n_pad = perm.shape
@@ -335,7 +343,13 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     integer_counts = loss_kind == "count"
     if loss_kind == "sse":  # a loss is S2 minus a score (`_loss_from_score`)
         st = st[..., -1:]
-    if integer_counts:
+    unit_cum = None
+    if integer_counts and unit_sizes is not None:  # no per-sample weights to sum
+        dtype = count_dtype(int(unit_sizes.max(initial=0)))
+        unit_cum = aligned_zeros((bucket, p, n_pad + 1, 1), dtype)
+        np.minimum(np.arange(n_pad + 1, dtype=dtype), unit_sizes.astype(dtype)[:, None, None],
+                   out=unit_cum[:count, :, :, 0])
+    elif integer_counts:
         total = int(st.sum(axis=(1, 2)).max(initial=0))
         # class by class: numpy sums a short last axis slowly (4x for five classes)
         weight = st[..., :1].astype(count_dtype(total))
@@ -396,7 +410,8 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
         elif not field_bits and C <= GRID_MAX_CLASSES:
             grid_scan = _grid_table(scan, perm[0], n_pad)
     return {"sorted_scan": sorted_scan, "full_scan": full_scan,
-            "root_cum": cumulative(in_order(st, count)), "scan": scan_padded,
+            "root_cum": cumulative(in_order(st, count)) if unit_cum is None else unit_cum,
+            "scan": scan_padded,
             "grid_scan": grid_scan}
 
 

@@ -1027,6 +1027,30 @@ def compact_many(problems: list[Problem], masks: list[np.ndarray]) -> list[Probl
     return compact_sides([sorted_samples(pr) for pr in problems], masks).problems
 
 
+class CompactedSide(Problem):
+    """A `compact_sides` subset whose `X` and `y` rows are taken from its parent when
+    first read (then kept): equal to `Problem.compact`'s, field for field. A lockstep
+    round's sides are searched on their tables and stats alone, and their trees built
+    from a side compacted again (`deep_batch.lasting_splits`), so most never read
+    them; taking X's rows was a sixth of a side's compaction."""
+
+    @property
+    def n(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def p(self) -> int:
+        return int(self.perm.shape[0])
+
+    def __getattr__(self, name: str):  # only for attributes not in the instance
+        if name in ("X", "y"):
+            parent, idx = self.__dict__["_rows"]
+            value = getattr(parent, name).take(idx, axis=0)
+            self.__dict__[name] = value
+            return value
+        raise AttributeError(name)
+
+
 class CompactSides(NamedTuple):
     """Subsets compacted together (`compact_sides`): the problems, and the tables they
     hold views of, padded to the largest subset's n, `M`."""
@@ -1045,6 +1069,9 @@ class CompactSides(NamedTuple):
     rank: np.ndarray
     value_rank: np.ndarray
     sizes: np.ndarray  # int64 (B,): each subset's n
+    # every kept sample's weight is 1 (classification, `SortedSamples.unit_slack`), and
+    # so are its stats' sums
+    unit_weight: bool = False
 
 
 def compact_sides(sources: list[SortedSamples], masks: list[np.ndarray]) -> CompactSides:
@@ -1121,16 +1148,17 @@ def compact_sides(sources: list[SortedSamples], masks: list[np.ndarray]) -> Comp
     problems = []
     for b, (src, idx, m) in enumerate(zip(sources, idxs, sizes.tolist())):
         parent = src.problem
-        problem = object.__new__(Problem)
+        problem = object.__new__(CompactedSide)
         problem.__dict__.update(
-            parent.__dict__, X=parent.X.take(idx, axis=0), stats=parent.stats.take(idx, axis=0),
+            parent.__dict__, stats=parent.stats.take(idx, axis=0),
             perm=perm[b, :, :m], rank=rank[b, :, :m], value_rank=value_rank[b, :, :m],
             cut_valid=cut_valid[b, :, : m + 1], cut_pos=cut_pos[b, :, : m + 1],
             n_thresholds=n_thresholds[b], slack_left=slack_left[b, :, : m + 1],
-            y=parent.y.take(idx, axis=0), weight=parent.weight.take(idx))
+            weight=parent.weight.take(idx), _rows=(parent, idx))
+        del problem.__dict__["X"], problem.__dict__["y"]
         problems.append(problem)
     return CompactSides(problems, cut_pos, slack_left, n_thresholds, cut_valid, signed,
-                        perm, rank, value_rank, sizes)
+                        perm, rank, value_rank, sizes, slack_kind == "count")
 
 
 def stable_order(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
