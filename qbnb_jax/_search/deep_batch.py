@@ -41,7 +41,11 @@ from qbnb_jax._search.search import Search, depth2_splits
 # search of its own).
 MAX_BATCH = 256
 SMALL_BATCH = 64
-LENGTH_STEPS = 4  # steps per octave of `for_compact`'s lengths
+# Steps per octave of the batches' lengths (`for_compact`). A round's sides are many
+# (a batch of MAX_BATCH spans a narrow range of sizes), so finer steps than a single
+# solve's 4 cut the padding at little cost in batches: measured, 4% fewer cut-elements
+# than 4 steps on 200 problems of 0/1 folds (16 steps: 6% fewer, 7% more kernel calls).
+LENGTH_STEPS = 8
 # Sides compacted together (`compact_sides`): a few dozen numpy calls per chunk instead
 # of per side, on padded arrays small enough to stay in cache (sides of a batch are
 # sorted by size, so a chunk pads little).
@@ -114,7 +118,8 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
                   for part in (batch[at: at + COMPACT_CHUNK]
                                for at in range(0, len(batch), COMPACT_CHUNK))]
         subs = [sub for chunk in chunks for sub in chunk.problems]
-        search = Search(subs, side_options, runner=runner.for_compact(subs, chunks),
+        search = Search(subs, side_options,
+                        runner=runner.for_compact(subs, chunks, LENGTH_STEPS),
                         cutoff=[cutoffs[j] for j in batch])
         solve_depth2(search, side_tables(chunks))
         for q, j in enumerate(batch):
