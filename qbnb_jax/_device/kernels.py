@@ -166,15 +166,15 @@ class SweepData(eqx.Module):
         # (and the padding layouts, which no problem refers to, stay zero pages)
         used = len(layouts)
         perm = aligned_zeros((L, p, n_pad), np.int32)
-        perm[:used] = np.arange(n_pad, dtype=np.int32)
         rank = aligned_zeros((L, p, n_pad), np.int32)
-        rank[:used] = perm[:used]
         value_rank = aligned_zeros((L, p, n_pad), np.int32)
-        np.add(perm[:used], n_pad, out=value_rank[:used])
         cut_valid = aligned_zeros((L, p, n_pad + 1), bool)
         if chunks is not None:
             _copy_chunk_layouts(chunks, perm, rank, value_rank, cut_valid)
         else:
+            perm[:used] = np.arange(n_pad, dtype=np.int32)
+            rank[:used] = perm[:used]
+            np.add(perm[:used], n_pad, out=value_rank[:used])
             for li, lay in enumerate(layouts):
                 perm[li, : lay.p, : lay.n] = lay.perm
                 rank[li, : lay.p, : lay.n] = lay.rank
@@ -417,11 +417,13 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
 
 def _copy_chunk_layouts(chunks: list, perm: np.ndarray, rank: np.ndarray,
                         value_rank: np.ndarray, cut_valid: np.ndarray) -> None:
-    """Fill the first layouts of `SweepData`'s padded layout arrays (initialised as
-    `from_problems` does) from `data.CompactSides` `chunks`, a chunk at a time: a
-    subset's padding samples keep their ids in `perm` and `rank` (as the chunks'), and
-    their `value_rank` is set to `from_problems`' (its id plus the padded n)."""
+    """Fill the first layouts of `SweepData`'s padded layout arrays (zero) from
+    `data.CompactSides` `chunks`, a chunk at a time, as `from_problems` lays out
+    problems: padding samples (past a subset's n, and past its chunk's width) keep
+    their ids in `perm` and `rank`, their `value_rank` is their id plus the padded n,
+    and no cut before them is valid. Each entry is written once."""
     n_pad = perm.shape[-1]
+    positions = np.arange(n_pad, dtype=np.int32)
     q = 0
     for chunk in chunks:
         B, p, M = chunk.perm.shape
@@ -429,10 +431,12 @@ def _copy_chunk_layouts(chunks: list, perm: np.ndarray, rank: np.ndarray,
         perm[rows, :p, :M] = chunk.perm
         rank[rows, :p, :M] = chunk.rank
         cut_valid[rows, :p, : M + 1] = chunk.cut_valid
-        positions = np.arange(M, dtype=np.int32)
         np.copyto(value_rank[rows, :p, :M],
-                  np.where(positions >= chunk.sizes[:, None, None], positions + n_pad,
+                  np.where(positions[:M] >= chunk.sizes[:, None, None], positions[:M] + n_pad,
                            chunk.value_rank))
+        for table, offset in ((perm, 0), (rank, 0), (value_rank, n_pad)):
+            table[rows, :, M:] = positions[M:] + offset
+            table[rows, p:, :M] = positions[:M] + offset
         q += B
 
 

@@ -157,12 +157,15 @@ def side_tables(chunks: list[CompactSides]) -> ThresholdTables:
 
     `two_class_stumps` gives `host.stump_losses`' losses and tie-breaks in integers,
     chunk by chunk (the chunks' tables are small enough to stay in cache): the signed
-    counts are zero and the cuts invalid past each side's own n.
+    counts are zero and the cuts invalid past each side's own n. Sides whose samples
+    all weigh 1 (`CompactSides.unit_weight`) have `slack_left` equal to `cut_pos` and
+    weights equal to their n.
     """
     subs = [sub for chunk in chunks for sub in chunk.problems]
     n, p = max(sub.n for sub in subs), subs[0].p
     cut_pos = np.empty((len(subs), p, n + 1), dtype=np.int64)
-    slack_left = np.empty((len(subs), p, n + 1))
+    unit = all(chunk.unit_weight for chunk in chunks)
+    slack_left = None if unit else np.empty((len(subs), p, n + 1))
     n_thresholds = np.empty((len(subs), p), dtype=np.int64)
     stumps = all(chunk.signed is not None for chunk in chunks)
     losses, positions = [], []
@@ -171,16 +174,20 @@ def side_tables(chunks: list[CompactSides]) -> ThresholdTables:
         rows = slice(q, q + len(chunk.problems))
         width = chunk.cut_pos.shape[-1]
         cut_pos[rows, :, :width] = chunk.cut_pos
-        cut_pos[rows, :, width:] = np.array([sub.n for sub in chunk.problems])[:, None, None]
-        slack_left[rows, :, :width] = chunk.slack_left
-        slack_left[rows, :, width:] = chunk.slack_left[..., -1:]
+        cut_pos[rows, :, width:] = chunk.sizes[:, None, None]
+        if not unit:
+            slack_left[rows, :, :width] = chunk.slack_left
+            slack_left[rows, :, width:] = chunk.slack_left[..., -1:]
         n_thresholds[rows] = chunk.n_thresholds
         if stumps:
-            total = np.array([sub.stats.sum() for sub in chunk.problems], dtype=np.int64)
+            total = (chunk.sizes if unit else
+                     np.array([sub.stats.sum() for sub in chunk.problems], dtype=np.int64))
             loss, position = two_class_stumps(chunk.signed, chunk.cut_valid, total)
             losses.append(loss)
             positions.append(position)
         q += len(chunk.problems)
+    if unit:
+        slack_left = cut_pos.astype(np.float64)
     tables = ThresholdTables(cut_pos, slack_left, n_thresholds)
     if not stumps:
         return tables
