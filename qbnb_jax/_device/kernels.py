@@ -217,12 +217,18 @@ class SweepData(eqx.Module):
             # regression lanes form every running sum themselves: no `full_scan`.
             full_sums = not (first.loss_kind == "sse" and plan == "sequential"
                              and n_pad < BLOCKED_FROM)
-            tables = _stat_tables([pr.stats for pr in problems], perm, layout_of, bucket,
+            signed_chunks = (chunks if binary and chunks is not None
+                             and all(ch.signed is not None for ch in chunks) else None)
+            # two-class unit-weight sides: every table comes from the chunks and sizes
+            # (`CompactedSide` takes its stats' rows only if read)
+            from_chunks = (signed_chunks is not None and unit_sizes is not None
+                           and first.loss_kind == "count")
+            tables = _stat_tables(None if from_chunks else [pr.stats for pr in problems],
+                                  perm, layout_of, bucket,
                                   binary=binary, loss_kind=first.loss_kind,
                                   field_bits=field_bits, scan_dtype=scan_dtype,
                                   full_sums=full_sums, unit_sizes=unit_sizes,
-                                  signed_chunks=chunks if binary and chunks is not None
-                                  and all(ch.signed is not None for ch in chunks) else None)
+                                  signed_chunks=signed_chunks)
         class_order = (first.loss_kind == "count" and first.n_channels >= CLASS_ORDER_FROM
                        and plan == "sequential" and n_pad < BLOCKED_FROM)
         if class_order:
@@ -306,7 +312,7 @@ def aligned_zeros(shape: tuple, dtype) -> np.ndarray:
     return buffer[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
-def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarray,
+def _stat_tables(stats: list[np.ndarray] | None, perm: np.ndarray, layout_of: np.ndarray,
                  bucket: int, *, binary: bool, loss_kind: str, field_bits: int,
                  scan_dtype, full_sums: bool = True, signed_chunks: list | None = None,
                  unit_sizes: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -323,19 +329,30 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     whose `signed` counts in each feature's order are `sorted_scan` already.
     `unit_sizes`: each problem's n, where every sample's stats sum to 1 (integer
     counts of unit weights): `root_cum` is then the position, up to the problem's n.
+    `stats` None: two-class counts of unit weights with `signed_chunks` and
+    `unit_sizes`, whose `sample_signed` are `scan`.
     """
-    count = len(stats)
+    count = len(stats) if stats is not None else len(unit_sizes)
     L, p, n_pad = perm.shape
-    C = stats[0].shape[1]
-    st = np.zeros((count, n_pad, C), dtype=stats[0].dtype)
-    for i, one in enumerate(stats):
-        st[i, : len(one)] = one
-    if binary:
-        scan = st[..., 1:2] - st[..., 0:1]
-    elif loss_kind == "sse":
-        scan = st[..., :-1]
+    if stats is None:  # signed counts in sample order, zero past each problem's n
+        C, st = 2, None
+        scan = np.zeros((count, n_pad, 1), dtype=np.int32)
+        q = 0
+        for chunk in signed_chunks:
+            B, M = chunk.sample_signed.shape
+            scan[q : q + B, :M, 0] = chunk.sample_signed
+            q += B
     else:
-        scan = st
+        C = stats[0].shape[1]
+        st = np.zeros((count, n_pad, C), dtype=stats[0].dtype)
+        for i, one in enumerate(stats):
+            st[i, : len(one)] = one
+        if binary:
+            scan = st[..., 1:2] - st[..., 0:1]
+        elif loss_kind == "sse":
+            scan = st[..., :-1]
+        else:
+            scan = st
     if field_bits:
         scan = pack_counts(scan.astype(np.int64).reshape(-1, scan.shape[-1]),
                            field_bits).reshape(count, n_pad, -1)
