@@ -439,8 +439,9 @@ def _copy_chunk_layouts(chunks: list, perm: np.ndarray, rank: np.ndarray,
     problems: padding samples (past a subset's n, and past its chunk's width) keep
     their ids in `perm` and `rank`, their `value_rank` is their id plus the padded n,
     and no cut before them is valid. Each entry is written once."""
-    n_pad = perm.shape[-1]
+    P, n_pad = perm.shape[1:]
     positions = np.arange(n_pad, dtype=np.int32)
+    padded = positions + n_pad
     q = 0
     for chunk in chunks:
         B, p, M = chunk.perm.shape
@@ -449,11 +450,12 @@ def _copy_chunk_layouts(chunks: list, perm: np.ndarray, rank: np.ndarray,
         rank[rows, :p, :M] = chunk.rank
         cut_valid[rows, :p, : M + 1] = chunk.cut_valid
         np.copyto(value_rank[rows, :p, :M],
-                  np.where(positions[:M] >= chunk.sizes[:, None, None], positions[:M] + n_pad,
+                  np.where(positions[:M] >= chunk.sizes[:, None, None], padded[:M],
                            chunk.value_rank))
-        for table, offset in ((perm, 0), (rank, 0), (value_rank, n_pad)):
-            table[rows, :, M:] = positions[M:] + offset
-            table[rows, p:, :M] = positions[:M] + offset
+        for table, ids in ((perm, positions), (rank, positions), (value_rank, padded)):
+            table[rows, :, M:] = ids[M:]
+            if p < P:
+                table[rows, p:, :M] = ids[:M]
         q += B
 
 
