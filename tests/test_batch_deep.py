@@ -87,13 +87,18 @@ def test_lockstep_batches_partition_by_length():
     assert np.all(np.diff([sizes[b].max() for b in batches]) >= 0)  # smallest first
 
 
-def test_side_tables_stumps_equal_host_stumps():
+@pytest.mark.parametrize("weights", ["unit", "bootstrap"])
+def test_side_tables_stumps_equal_host_stumps(weights):
+    """The unit-weight tables (`slack_left` from `cut_pos`, totals from sizes) and the
+    general ones equal `stack_tables` and the host's stumps."""
     rng = np.random.default_rng(1)
     X, y = make_data(rng, "classification", 2, 50, 3)
-    problem = make_problem(X, y, task="classification")
+    w = None if weights == "unit" else bootstrap(rng, 50, 1)[0]
+    problem = make_problem(X, y, task="classification", sample_weight=w)
     source = sorted_samples(problem)
     masks = [rng.random(problem.n) < share for share in (0.2, 0.5, 0.9, 1.0, 0.3, 0.7)]
     chunks = [compact_sides([source] * 4, masks[:4]), compact_sides([source] * 2, masks[4:])]
+    assert all(chunk.unit_weight == (weights == "unit") for chunk in chunks)
     tables = deep_batch.side_tables(chunks)
     want = stack_tables([problem.compact(mask) for mask in masks])
     for name in ("cut_pos", "slack_left", "n_thresholds"):
@@ -106,25 +111,29 @@ def test_side_tables_stumps_equal_host_stumps():
         assert np.array_equal(tables.stump_position[q], positions)
 
 
-@pytest.mark.parametrize("classes", [2, 3])
-def test_sweep_data_from_chunks_equals_per_problem(classes):
+@pytest.mark.parametrize("classes,weights", [(2, "folds"), (3, "folds"), (2, "bootstrap")])
+def test_sweep_data_from_chunks_equals_per_problem(classes, weights):
     """`SweepData` built from the chunks' padded arrays (`for_compact(subs, chunks)`)
-    holds the very tables built problem by problem."""
+    holds the very tables built problem by problem: for 0/1 folds of two classes
+    without reading the sides' stats (`CompactedSide`)."""
     import jax
 
     from qbnb_jax._device.kernels import SweepData
 
     rng = np.random.default_rng(3)
     X, y = make_data(rng, "classification", classes, 60, 3)
-    problem = make_problem(X, y, task="classification", sample_weight=folds(rng, 60, 1)[0])
+    w = (folds if weights == "folds" else bootstrap)(rng, 60, 1)[0]
+    problem = make_problem(X, y, task="classification", sample_weight=w)
     source = sorted_samples(problem)
     masks = [rng.random(problem.n) < share for share in (0.2, 0.5, 0.9, 1.0, 0.3, 0.7, 0.6)]
     chunks = [compact_sides([source] * 4, masks[:4]), compact_sides([source] * 3, masks[4:])]
     subs = [sub for chunk in chunks for sub in chunk.problems]
     order = list(range(len(subs)))
-    want = SweepData.from_problems(subs, subs, order, steps_per_octave=4, count_base=4)
     got = SweepData.from_problems(subs, subs, order, steps_per_octave=4, count_base=4,
                                   chunks=chunks)
+    if classes == 2 and weights == "folds":
+        assert not any("stats" in sub.__dict__ for sub in subs[1:])
+    want = SweepData.from_problems(subs, subs, order, steps_per_octave=4, count_base=4)
     want_leaves, want_tree = jax.tree_util.tree_flatten(want)
     got_leaves, got_tree = jax.tree_util.tree_flatten(got)
     assert want_tree == got_tree

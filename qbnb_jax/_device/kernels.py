@@ -166,15 +166,15 @@ class SweepData(eqx.Module):
         # (and the padding layouts, which no problem refers to, stay zero pages)
         used = len(layouts)
         perm = aligned_zeros((L, p, n_pad), np.int32)
-        perm[:used] = np.arange(n_pad, dtype=np.int32)
         rank = aligned_zeros((L, p, n_pad), np.int32)
-        rank[:used] = perm[:used]
         value_rank = aligned_zeros((L, p, n_pad), np.int32)
-        np.add(perm[:used], n_pad, out=value_rank[:used])
         cut_valid = aligned_zeros((L, p, n_pad + 1), bool)
         if chunks is not None:
             _copy_chunk_layouts(chunks, perm, rank, value_rank, cut_valid)
         else:
+            perm[:used] = np.arange(n_pad, dtype=np.int32)
+            rank[:used] = perm[:used]
+            np.add(perm[:used], n_pad, out=value_rank[:used])
             for li, lay in enumerate(layouts):
                 perm[li, : lay.p, : lay.n] = lay.perm
                 rank[li, : lay.p, : lay.n] = lay.rank
@@ -183,11 +183,17 @@ class SweepData(eqx.Module):
         first = problems[0]
         binary = first.loss_kind != "sse" and first.n_channels == 2
         field_bits = 0
+        # every sample's stats sum to 1 (`CompactSides.unit_weight`): a problem's
+        # summed weight before a position is the position, up to its n
+        unit_sizes = None
+        if chunks is not None and all(chunk.unit_weight for chunk in chunks):
+            unit_sizes = np.concatenate([chunk.sizes for chunk in chunks])
         if stat_tables is not None:
             total = None
             scan_dtype = stat_tables["sorted_scan"].dtype
         elif first.loss_kind == "count":
-            total = max(int(pr.stats.sum()) for pr in problems)
+            total = (int(unit_sizes.max(initial=0)) if unit_sizes is not None
+                     else max(int(pr.stats.sum()) for pr in problems))
             scan_dtype = first.stats.dtype
         else:
             total = None
@@ -211,12 +217,18 @@ class SweepData(eqx.Module):
             # regression lanes form every running sum themselves: no `full_scan`.
             full_sums = not (first.loss_kind == "sse" and plan == "sequential"
                              and n_pad < BLOCKED_FROM)
-            tables = _stat_tables([pr.stats for pr in problems], perm, layout_of, bucket,
+            signed_chunks = (chunks if binary and chunks is not None
+                             and all(ch.signed is not None for ch in chunks) else None)
+            # two-class unit-weight sides: every table comes from the chunks and sizes
+            # (`CompactedSide` takes its stats' rows only if read)
+            from_chunks = (signed_chunks is not None and unit_sizes is not None
+                           and first.loss_kind == "count")
+            tables = _stat_tables(None if from_chunks else [pr.stats for pr in problems],
+                                  perm, layout_of, bucket,
                                   binary=binary, loss_kind=first.loss_kind,
                                   field_bits=field_bits, scan_dtype=scan_dtype,
-                                  full_sums=full_sums,
-                                  signed_chunks=chunks if binary and chunks is not None
-                                  and all(ch.signed is not None for ch in chunks) else None)
+                                  full_sums=full_sums, unit_sizes=unit_sizes,
+                                  signed_chunks=signed_chunks)
         class_order = (first.loss_kind == "count" and first.n_channels >= CLASS_ORDER_FROM
                        and plan == "sequential" and n_pad < BLOCKED_FROM)
         if class_order:
@@ -300,10 +312,10 @@ def aligned_zeros(shape: tuple, dtype) -> np.ndarray:
     return buffer[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
-def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarray,
+def _stat_tables(stats: list[np.ndarray] | None, perm: np.ndarray, layout_of: np.ndarray,
                  bucket: int, *, binary: bool, loss_kind: str, field_bits: int,
-                 scan_dtype, full_sums: bool = True, signed_chunks: list | None = None
-                 ) -> dict[str, np.ndarray]:
+                 scan_dtype, full_sums: bool = True, signed_chunks: list | None = None,
+                 unit_sizes: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Host stat tables of `SweepData`; problem i is laid out as `perm[layout_of[i]]`.
 
     Built for all problems at once (stats padded with zero samples, as the layouts
@@ -315,19 +327,32 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     large batches these tables are the largest host
     cost. `signed_chunks`: `data.CompactSides` of the (two-class) problems, in order,
     whose `signed` counts in each feature's order are `sorted_scan` already.
+    `unit_sizes`: each problem's n, where every sample's stats sum to 1 (integer
+    counts of unit weights): `root_cum` is then the position, up to the problem's n.
+    `stats` None: two-class counts of unit weights with `signed_chunks` and
+    `unit_sizes`, whose `sample_signed` are `scan`.
     """
-    count = len(stats)
+    count = len(stats) if stats is not None else len(unit_sizes)
     L, p, n_pad = perm.shape
-    C = stats[0].shape[1]
-    st = np.zeros((count, n_pad, C), dtype=stats[0].dtype)
-    for i, one in enumerate(stats):
-        st[i, : len(one)] = one
-    if binary:
-        scan = st[..., 1:2] - st[..., 0:1]
-    elif loss_kind == "sse":
-        scan = st[..., :-1]
+    if stats is None:  # signed counts in sample order, zero past each problem's n
+        C, st = 2, None
+        scan = np.zeros((count, n_pad, 1), dtype=np.int32)
+        q = 0
+        for chunk in signed_chunks:
+            B, M = chunk.sample_signed.shape
+            scan[q : q + B, :M, 0] = chunk.sample_signed
+            q += B
     else:
-        scan = st
+        C = stats[0].shape[1]
+        st = np.zeros((count, n_pad, C), dtype=stats[0].dtype)
+        for i, one in enumerate(stats):
+            st[i, : len(one)] = one
+        if binary:
+            scan = st[..., 1:2] - st[..., 0:1]
+        elif loss_kind == "sse":
+            scan = st[..., :-1]
+        else:
+            scan = st
     if field_bits:
         scan = pack_counts(scan.astype(np.int64).reshape(-1, scan.shape[-1]),
                            field_bits).reshape(count, n_pad, -1)
@@ -335,7 +360,13 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
     integer_counts = loss_kind == "count"
     if loss_kind == "sse":  # a loss is S2 minus a score (`_loss_from_score`)
         st = st[..., -1:]
-    if integer_counts:
+    unit_cum = None
+    if integer_counts and unit_sizes is not None:  # no per-sample weights to sum
+        dtype = count_dtype(int(unit_sizes.max(initial=0)))
+        unit_cum = aligned_zeros((bucket, p, n_pad + 1, 1), dtype)
+        np.minimum(np.arange(n_pad + 1, dtype=dtype), unit_sizes.astype(dtype)[:, None, None],
+                   out=unit_cum[:count, :, :, 0])
+    elif integer_counts:
         total = int(st.sum(axis=(1, 2)).max(initial=0))
         # class by class: numpy sums a short last axis slowly (4x for five classes)
         weight = st[..., :1].astype(count_dtype(total))
@@ -396,17 +427,21 @@ def _stat_tables(stats: list[np.ndarray], perm: np.ndarray, layout_of: np.ndarra
         elif not field_bits and C <= GRID_MAX_CLASSES:
             grid_scan = _grid_table(scan, perm[0], n_pad)
     return {"sorted_scan": sorted_scan, "full_scan": full_scan,
-            "root_cum": cumulative(in_order(st, count)), "scan": scan_padded,
+            "root_cum": cumulative(in_order(st, count)) if unit_cum is None else unit_cum,
+            "scan": scan_padded,
             "grid_scan": grid_scan}
 
 
 def _copy_chunk_layouts(chunks: list, perm: np.ndarray, rank: np.ndarray,
                         value_rank: np.ndarray, cut_valid: np.ndarray) -> None:
-    """Fill the first layouts of `SweepData`'s padded layout arrays (initialised as
-    `from_problems` does) from `data.CompactSides` `chunks`, a chunk at a time: a
-    subset's padding samples keep their ids in `perm` and `rank` (as the chunks'), and
-    their `value_rank` is set to `from_problems`' (its id plus the padded n)."""
-    n_pad = perm.shape[-1]
+    """Fill the first layouts of `SweepData`'s padded layout arrays (zero) from
+    `data.CompactSides` `chunks`, a chunk at a time, as `from_problems` lays out
+    problems: padding samples (past a subset's n, and past its chunk's width) keep
+    their ids in `perm` and `rank`, their `value_rank` is their id plus the padded n,
+    and no cut before them is valid. Each entry is written once."""
+    P, n_pad = perm.shape[1:]
+    positions = np.arange(n_pad, dtype=np.int32)
+    padded = positions + n_pad
     q = 0
     for chunk in chunks:
         B, p, M = chunk.perm.shape
@@ -414,10 +449,13 @@ def _copy_chunk_layouts(chunks: list, perm: np.ndarray, rank: np.ndarray,
         perm[rows, :p, :M] = chunk.perm
         rank[rows, :p, :M] = chunk.rank
         cut_valid[rows, :p, : M + 1] = chunk.cut_valid
-        positions = np.arange(M, dtype=np.int32)
         np.copyto(value_rank[rows, :p, :M],
-                  np.where(positions >= chunk.sizes[:, None, None], positions + n_pad,
+                  np.where(positions[:M] >= chunk.sizes[:, None, None], padded[:M],
                            chunk.value_rank))
+        for table, ids in ((perm, positions), (rank, positions), (value_rank, padded)):
+            table[rows, :, M:] = ids[M:]
+            if p < P:
+                table[rows, p:, :M] = ids[:M]
         q += B
 
 

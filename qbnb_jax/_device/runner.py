@@ -53,7 +53,6 @@ ACCELERATOR_MAX_ROWS = 4096
 ACCELERATOR_SHARE = 8
 BYTES_PER_ELEMENT = 32  # a few live (chunk, cuts, length, channels) intermediates
 MAX_CUTS = 32  # cuts per row per call; more are split into blocks
-COMPACT_STEPS = 4  # `padded_length` steps per octave of `for_compact` subsets
 # Windows longer than n / GATHER_SHARE are scanned in place rather than gathered.
 GATHER_SHARE = 4
 WINDOW_CUTS = 8  # cuts per call for windowed and gathered rows
@@ -232,19 +231,20 @@ class KernelRunner:
         # The structure holds the static fields (loss kind, two-class, packing).
         return structure, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves)
 
-    def for_compact(self, problems: list[Problem], chunks: list | None = None
-                    ) -> KernelRunner:
+    def for_compact(self, problems: list[Problem], chunks: list | None = None,
+                    steps_per_octave: int = 4) -> KernelRunner:
         """A runner for `compact(...)` subsets, each laid out on its own samples.
 
         Counters (and the compile cache) are shared with this runner. Lengths are
-        padded in 4 steps per octave and problem counts to powers of four: a deep
-        search makes many such batches, and every distinct shape is a compile.
+        padded in `steps_per_octave` steps per octave and problem counts to powers of
+        four: a deep search makes many such batches, and every distinct shape is a
+        compile.
         `chunks`: the `data.CompactSides` that hold `problems` (in order), whose padded
         arrays make the tables with less copying.
         """
         child = self.for_problem(0, problems[0])
         child.data = SweepData.from_problems(problems, problems, list(range(len(problems))),
-                                             steps_per_octave=COMPACT_STEPS, count_base=4,
+                                             steps_per_octave=steps_per_octave, count_base=4,
                                              chunks=chunks)
         child._problem_lengths = np.array([pr.n for pr in problems])
         child._data_key = self._key_of(child.data)

@@ -1027,6 +1027,35 @@ def compact_many(problems: list[Problem], masks: list[np.ndarray]) -> list[Probl
     return compact_sides([sorted_samples(pr) for pr in problems], masks).problems
 
 
+class CompactedSide(Problem):
+    """A `compact_sides` subset whose `X`, `y` and `stats` rows are taken from its
+    parent when first read (then kept): equal to `Problem.compact`'s, field for field.
+    A lockstep round's sides are searched on their tables alone (two-class counts:
+    `CompactSides.signed` and `sample_signed` give the sweeps' stat tables), and their
+    trees built from a side compacted again (`deep_batch.lasting_splits`), so most
+    never read them; taking X's rows was a sixth of a side's compaction."""
+
+    @property
+    def n(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def p(self) -> int:
+        return int(self.perm.shape[0])
+
+    @property
+    def n_channels(self) -> int:
+        return int(self.__dict__["_rows"][0].n_channels)
+
+    def __getattr__(self, name: str):  # only for attributes not in the instance
+        if name in ("X", "y", "stats"):
+            parent, idx = self.__dict__["_rows"]
+            value = getattr(parent, name).take(idx, axis=0)
+            self.__dict__[name] = value
+            return value
+        raise AttributeError(name)
+
+
 class CompactSides(NamedTuple):
     """Subsets compacted together (`compact_sides`): the problems, and the tables they
     hold views of, padded to the largest subset's n, `M`."""
@@ -1039,12 +1068,18 @@ class CompactSides(NamedTuple):
     # int32 (B, p, M): two-class counts' signed count in each feature's order, zero past
     # a subset's own n; None unless every source has them
     signed: np.ndarray | None
+    # int32 (B, M): the signed counts in sample order (the subsets' `stats[:, 1] -
+    # stats[:, 0]`), zero past a subset's own n; None with `signed`
+    sample_signed: np.ndarray | None
     # int32 (B, p, M): the subsets' orders and ranks; past a subset's own n, padding
     # samples (their own ids) in `perm` and `rank`, and `value_rank` unspecified
     perm: np.ndarray
     rank: np.ndarray
     value_rank: np.ndarray
     sizes: np.ndarray  # int64 (B,): each subset's n
+    # every kept sample's weight is 1 (classification, `SortedSamples.unit_slack`), and
+    # so are its stats' sums
+    unit_weight: bool = False
 
 
 def compact_sides(sources: list[SortedSamples], masks: list[np.ndarray]) -> CompactSides:
@@ -1121,16 +1156,22 @@ def compact_sides(sources: list[SortedSamples], masks: list[np.ndarray]) -> Comp
     problems = []
     for b, (src, idx, m) in enumerate(zip(sources, idxs, sizes.tolist())):
         parent = src.problem
-        problem = object.__new__(Problem)
+        problem = object.__new__(CompactedSide)
         problem.__dict__.update(
-            parent.__dict__, X=parent.X.take(idx, axis=0), stats=parent.stats.take(idx, axis=0),
-            perm=perm[b, :, :m], rank=rank[b, :, :m], value_rank=value_rank[b, :, :m],
+            parent.__dict__, perm=perm[b, :, :m], rank=rank[b, :, :m],
+            value_rank=value_rank[b, :, :m],
             cut_valid=cut_valid[b, :, : m + 1], cut_pos=cut_pos[b, :, : m + 1],
             n_thresholds=n_thresholds[b], slack_left=slack_left[b, :, : m + 1],
-            y=parent.y.take(idx, axis=0), weight=parent.weight.take(idx))
+            weight=parent.weight.take(idx), _rows=(parent, idx))
+        del problem.__dict__["X"], problem.__dict__["y"], problem.__dict__["stats"]
         problems.append(problem)
+    sample_signed = None
+    if with_signed:  # feature 0's order holds every sample once (padding: zero, own ids)
+        sample_signed = np.empty((B, M), dtype=np.int32)
+        at = perm[:, 0] + (np.arange(B, dtype=np.int32) * M)[:, None]
+        sample_signed.reshape(-1)[at.reshape(-1)] = signed[:, 0].reshape(-1)
     return CompactSides(problems, cut_pos, slack_left, n_thresholds, cut_valid, signed,
-                        perm, rank, value_rank, sizes)
+                        sample_signed, perm, rank, value_rank, sizes, slack_kind == "count")
 
 
 def stable_order(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

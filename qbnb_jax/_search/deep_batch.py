@@ -41,7 +41,11 @@ from qbnb_jax._search.search import Search, depth2_splits
 # search of its own).
 MAX_BATCH = 256
 SMALL_BATCH = 64
-LENGTH_STEPS = 4  # steps per octave of `for_compact`'s lengths
+# Steps per octave of the batches' lengths (`for_compact`). A round's sides are many
+# (a batch of MAX_BATCH spans a narrow range of sizes), so finer steps than a single
+# solve's 4 cut the padding at little cost in batches: measured, 4% fewer cut-elements
+# than 4 steps on 200 problems of 0/1 folds (16 steps: 6% fewer, 7% more kernel calls).
+LENGTH_STEPS = 8
 # Sides compacted together (`compact_sides`): a few dozen numpy calls per chunk instead
 # of per side, on padded arrays small enough to stay in cache (sides of a batch are
 # sorted by size, so a chunk pads little).
@@ -114,7 +118,8 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
                   for part in (batch[at: at + COMPACT_CHUNK]
                                for at in range(0, len(batch), COMPACT_CHUNK))]
         subs = [sub for chunk in chunks for sub in chunk.problems]
-        search = Search(subs, side_options, runner=runner.for_compact(subs, chunks),
+        search = Search(subs, side_options,
+                        runner=runner.for_compact(subs, chunks, LENGTH_STEPS),
                         cutoff=[cutoffs[j] for j in batch])
         solve_depth2(search, side_tables(chunks))
         for q, j in enumerate(batch):
@@ -152,12 +157,15 @@ def side_tables(chunks: list[CompactSides]) -> ThresholdTables:
 
     `two_class_stumps` gives `host.stump_losses`' losses and tie-breaks in integers,
     chunk by chunk (the chunks' tables are small enough to stay in cache): the signed
-    counts are zero and the cuts invalid past each side's own n.
+    counts are zero and the cuts invalid past each side's own n. Sides whose samples
+    all weigh 1 (`CompactSides.unit_weight`) have `slack_left` equal to `cut_pos` and
+    weights equal to their n.
     """
     subs = [sub for chunk in chunks for sub in chunk.problems]
     n, p = max(sub.n for sub in subs), subs[0].p
     cut_pos = np.empty((len(subs), p, n + 1), dtype=np.int64)
-    slack_left = np.empty((len(subs), p, n + 1))
+    unit = all(chunk.unit_weight for chunk in chunks)
+    slack_left = None if unit else np.empty((len(subs), p, n + 1))
     n_thresholds = np.empty((len(subs), p), dtype=np.int64)
     stumps = all(chunk.signed is not None for chunk in chunks)
     losses, positions = [], []
@@ -166,16 +174,20 @@ def side_tables(chunks: list[CompactSides]) -> ThresholdTables:
         rows = slice(q, q + len(chunk.problems))
         width = chunk.cut_pos.shape[-1]
         cut_pos[rows, :, :width] = chunk.cut_pos
-        cut_pos[rows, :, width:] = np.array([sub.n for sub in chunk.problems])[:, None, None]
-        slack_left[rows, :, :width] = chunk.slack_left
-        slack_left[rows, :, width:] = chunk.slack_left[..., -1:]
+        cut_pos[rows, :, width:] = chunk.sizes[:, None, None]
+        if not unit:
+            slack_left[rows, :, :width] = chunk.slack_left
+            slack_left[rows, :, width:] = chunk.slack_left[..., -1:]
         n_thresholds[rows] = chunk.n_thresholds
         if stumps:
-            total = np.array([sub.stats.sum() for sub in chunk.problems], dtype=np.int64)
+            total = (chunk.sizes if unit else
+                     np.array([sub.stats.sum() for sub in chunk.problems], dtype=np.int64))
             loss, position = two_class_stumps(chunk.signed, chunk.cut_valid, total)
             losses.append(loss)
             positions.append(position)
         q += len(chunk.problems)
+    if unit:
+        slack_left = cut_pos.astype(np.float64)
     tables = ThresholdTables(cut_pos, slack_left, n_thresholds)
     if not stumps:
         return tables
