@@ -264,8 +264,8 @@ class KernelRunner:
         return np.full(rows, self.problem_index, np.int32) if problem is None else problem
 
     def _executable(self, name: str, fn, args: tuple, statics: dict, options=None):
-        key = (name, self._data_key, tuple(a.shape for a in args[1:]), tuple(statics.items()),
-               jax.device_count())
+        key = (name, fn, self._data_key, tuple(a.shape for a in args[1:]),
+               tuple(statics.items()), jax.device_count())
         exe = _COMPILED.get(key)
         if exe is not None:
             return exe
@@ -305,7 +305,7 @@ class KernelRunner:
         channels = 1 if uses_class_order(self.data) else int(self.data.sorted_scan.shape[-1])
         per_row = cuts * (length + 1) * channels
         if name == "full" and self.data.plan == "sequential" and sweeps_channels_major(self.data):
-            # it carries the (channel, row, cut) sums; what a call streams is each row's
+            # it carries the (channel, cut, row) sums; what a call streams is each row's
             # channels and root positions, one position a step
             per_row = (length + 1) * (channels + 1)
         if self.data.plan == "parallel":
