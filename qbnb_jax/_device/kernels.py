@@ -823,10 +823,8 @@ def sweep_full(
     """
     if uses_class_order(data):
         return _class_order_rows(data, problem, f0, f, jnp.zeros_like(f0), None, cuts)
-    if sweeps_class_lanes(data):
-        return _class_lane_rows(data, problem, f0, f, cuts, data.length)
-    if sweeps_channels_major(data):
-        return _channels_major_full_rows(data, problem, f0, f, cuts, data.length)
+    if scans_own_length(data):
+        return _walked_rows(data, problem, f0, f, cuts, data.length)
     return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
 
 
@@ -844,10 +842,7 @@ def sweep_full_within(
     longest. Padding samples come after every real one in every order, add exact
     zeros and are never valid positions, so the numbers are `sweep_full`'s; the count
     is traced, so one compiled loop serves every length."""
-    steps = jnp.max(length)
-    if sweeps_class_lanes(data):
-        return _class_lane_rows(data, problem, f0, f, cuts, steps)
-    return _channels_major_full_rows(data, problem, f0, f, cuts, steps)
+    return _walked_rows(data, problem, f0, f, cuts, jnp.max(length))
 
 
 def scans_own_length(data: SweepData) -> bool:
@@ -855,6 +850,13 @@ def scans_own_length(data: SweepData) -> bool:
     one by one (`_class_lane_rows`, `_channels_major_full_rows`)."""
     return not uses_class_order(data) and (sweeps_class_lanes(data)
                                            or sweeps_channels_major(data))
+
+
+def _walked_rows(data: SweepData, problem, f0, f, cuts, steps) -> tuple[Array, Array]:
+    """The row sweep that walks the first `steps` positions one by one."""
+    if sweeps_class_lanes(data):
+        return _class_lane_rows(data, problem, f0, f, cuts, steps)
+    return _channels_major_full_rows(data, problem, f0, f, cuts, steps)
 
 
 def _walk(step, carry, xs, steps):
