@@ -128,12 +128,19 @@ def test_sweep_full_equals_reference(kind, seed, n):
     assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
 
 
+@pytest.mark.parametrize("block", [None, 64])
 @pytest.mark.parametrize("kind", ["multi-class", "weighted", "sse", "sse-2"])
-def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, kind):
+def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, request, kind, block):
     """The all-rows channels-major sweep gives the numbers of the per-row sweep it
     replaced on the sequential plan: the same for class counts and weights; regression
     scores a split by its gain (`_sse_gain`, one division), so its losses agree to
-    rounding (docs/design.md, "Regression scores")."""
+    rounding (docs/design.md, "Regression scores"). `block`: its walk gathers that
+    many positions at a time (here three blocks, the last one cut short by the walk's
+    end), as it does past WALK_BLOCK samples."""
+    if block is not None:
+        monkeypatch.setattr(_kernels, "WALK_BLOCK", block)
+        jax.clear_caches()  # no walk traced with the other block size is reused
+        request.addfinalizer(jax.clear_caches)
     problem = ordered_problem(5, 150, 4, kind)
     rng = np.random.default_rng(6)
     f0, f, _, _, cuts = random_rows(rng, problem, 16, 4)
@@ -210,10 +217,13 @@ def test_window_sweeps_equal_reference(kind):
 
 @pytest.mark.parametrize("kind", BLOCKED_KINDS)
 def test_blocked_full_sweep_equals_reference(monkeypatch, kind):
-    """The large-n path (`_blocked_full_row`), at small n with small blocks (and its
-    tables: regression keeps `full_scan` from BLOCKED_FROM on)."""
+    """The large-n path of the vmapped row sweeps (`_blocked_full_row`), at small n
+    with small blocks. Regression takes it on the parallel plan only (the sequential
+    plan's walk serves every n), whose tables keep `full_scan`."""
     monkeypatch.setattr(_kernels, "FULL_BLOCK", 64)
     monkeypatch.setattr(_kernels, "BLOCKED_FROM", 64)
+    if kind.startswith("sse"):
+        monkeypatch.setenv("QBNB_JAX_PLAN", "parallel")
     problem = ordered_problem(5, 250, 3, kind)
     rng = np.random.default_rng(6)
     f0, f, _, _, cuts = random_rows(rng, problem, 8, 4)
@@ -323,6 +333,8 @@ def _kernel_jaxprs(monkeypatch):
             if kind in BLOCKED_KINDS:
                 with monkeypatch.context() as patch:  # the large-n tables (`full_scan`)
                     patch.setattr(_kernels, "BLOCKED_FROM", 64)
+                    if kind.startswith("sse"):  # regression: the parallel plan's
+                        patch.setenv("QBNB_JAX_PLAN", "parallel")
                     blocked = SweepData.from_problem(problem)
                 out[f"blocked {kind}"] = jax.make_jaxpr(jax.vmap(functools.partial(
                     _kernels._blocked_full_row, blocked)))(*rows, cuts)

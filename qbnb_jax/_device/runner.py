@@ -19,6 +19,7 @@ import numpy as np
 from qbnb_jax._device.kernels import (
     CLASS_LANE_ROWS,
     GRID_LANES,
+    WALK_BLOCK,
     SweepData,
     scans_own_length,
     sweep_full,
@@ -305,9 +306,9 @@ class KernelRunner:
         channels = 1 if uses_class_order(self.data) else int(self.data.sorted_scan.shape[-1])
         per_row = cuts * (length + 1) * channels
         if name == "full" and self.data.plan == "sequential" and sweeps_channels_major(self.data):
-            # it carries the (channel, cut, row) sums; what a call streams is each row's
-            # channels and root positions, one position a step
-            per_row = (length + 1) * (channels + 1)
+            # it carries the (channel, cut, row) sums; what a call streams is a block of
+            # each row's channels and root positions at a time, one position a step
+            per_row = (min(length, WALK_BLOCK) + 1) * (channels + 1)
         if self.data.plan == "parallel":
             fit = _accelerator_free_bytes() // (ACCELERATOR_SHARE * BYTES_PER_ELEMENT * per_row)
             return max(1, min(ACCELERATOR_MAX_ROWS, _pow2_at_most(fit), pow2_at_least(rows)))
