@@ -169,6 +169,31 @@ def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, request, kind, b
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.parametrize("kind", ["two-class", "multi-class", "weighted", "weighted-2"])
+def test_few_classes_past_the_lane_sweeps_walk_channels_major(monkeypatch, request, kind):
+    """From BLOCKED_FROM on (here 64 samples) two to seven classes, counts or weights,
+    take the channels-major walk in blocks (here of 64 positions) with the per-row
+    sweep's numbers; below it they keep their own sweeps."""
+    problem = ordered_problem(7, 150, 3, kind)
+    with jax.enable_x64(True):
+        assert not _kernels.sweeps_channels_major(SweepData.from_problem(problem))
+    monkeypatch.setattr(_kernels, "BLOCKED_FROM", 64)
+    monkeypatch.setattr(_kernels, "WALK_BLOCK", 64)
+    jax.clear_caches()
+    request.addfinalizer(jax.clear_caches)
+    rng = np.random.default_rng(8)
+    f0, f, _, _, cuts = random_rows(rng, problem, 12, 4)
+    cuts = np.clip(cuts, 0, problem.n)
+    rows = np.zeros_like(f0)
+    with jax.enable_x64(True):
+        data = SweepData.from_problem(problem)
+        assert _kernels.sweeps_channels_major(data) and data.length % 64 != 0
+        want = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))(rows, f0, f, cuts)
+        got = sweep_full(data, rows, f0, f, cuts)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 @pytest.mark.parametrize("classes, weight, K, n", [
     (3, 0, 1, 150), (5, 0, 4, 150), (12, 0, 4, 150), (5, 0, 2, 2**15 + 10),
     (5, 1, 4, 150), (7, 1, 1, 150), (5, 300, 32, 150)])

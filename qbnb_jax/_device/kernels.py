@@ -908,9 +908,16 @@ CHANNELS_MAJOR_FROM_CLASSES = 8
 
 def sweeps_channels_major(data: SweepData) -> bool:
     """Whether `sweep_full` takes `_channels_major_full_rows`: regression sums or many
-    classes, on the sequential plan, at any n (its walk gathers a block at a time)."""
-    many = data.loss_kind == "sse" or data.n_classes >= CHANNELS_MAJOR_FROM_CLASSES
-    return many and data.plan == "sequential" and not data.binary and not data.field_bits
+    classes, on the sequential plan, at any n (its walk gathers a block at a time), and
+    from BLOCKED_FROM on a few classes and two-class float weights too (whose own
+    sweeps stop there: the vmapped blocked sweep took one row a call). Two-class
+    integer counts keep their reductions at any n."""
+    if data.plan != "sequential" or data.field_bits:
+        return False
+    if data.binary:
+        return data.length >= BLOCKED_FROM
+    return (data.loss_kind == "sse" or data.n_classes >= CHANNELS_MAJOR_FROM_CLASSES
+            or data.length >= BLOCKED_FROM)
 
 
 def sweeps_class_lanes(data: SweepData) -> bool:
@@ -961,6 +968,8 @@ def _channels_major_score(data: SweepData, left: Array, total: Array) -> Array:
     split's gain (`_sse_gain`) rather than its explained sum."""
     if data.loss_kind == "sse":
         return _sse_gain(left, total)
+    if data.binary:  # one signed channel
+        return jnp.abs(left[0]) + jnp.abs(total[0] - left[0])
     return jnp.max(left, axis=0) + jnp.max(total - left, axis=0)
 
 
@@ -1027,15 +1036,17 @@ def _channels_major_full_rows(
 
     empty = jnp.zeros((S, K, R), dtype)
     if jnp.issubdtype(dtype, jnp.integer):  # exact in any order: a block at a time
-        def block_sum(xs, _, pre_scan):
+        def block_sum(xs, _, sums):
             values, key, _, pos = xs  # positions past the walk are masked
-            inside = (key[:, None, :] < lane_cuts[None]) & (pos < steps)[:, None, None]
-            return pre_scan + jnp.sum(jnp.where(inside[:, None], values[:, :, None, :], zero),
-                                      axis=0, dtype=dtype)
+            walked = (pos < steps)[:, None, None]
+            inside = (key[:, None, :] < lane_cuts[None]) & walked
+            return (sums[0] + jnp.sum(jnp.where(inside[:, None], values[:, :, None, :], zero),
+                                      axis=0, dtype=dtype),
+                    sums[1] + jnp.sum(jnp.where(walked, values, zero), axis=0, dtype=dtype))
 
-        pre_scan = over_blocks(block_sum, empty)
+        # (S, K, R) prefix sets' and (S, R) all samples' sums
+        pre_scan, whole = over_blocks(block_sum, (empty, jnp.zeros((S, R), dtype)))
         low = jnp.asarray(jnp.iinfo(dtype).min, dtype)
-        whole = jnp.transpose(data.full_scan[problem, f, -1], (1, 0))  # (S, R): all samples
     else:  # float weights: the prefix sets' totals summed in the scan's own order, and
         # the row's total in `full_scan`'s (a sequential cumsum of the same values)
         def first_pass(carry, x):
