@@ -233,19 +233,20 @@ class KernelRunner:
         return structure, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves)
 
     def for_compact(self, problems: list[Problem], chunks: list | None = None,
-                    steps_per_octave: int = 4) -> KernelRunner:
+                    steps_per_octave: int = 4, count_base: int = 16) -> KernelRunner:
         """A runner for `compact(...)` subsets, each laid out on its own samples.
 
         Counters (and the compile cache) are shared with this runner. Lengths are
         padded in `steps_per_octave` steps per octave and problem counts to powers of
-        four: a deep search makes many such batches, and every distinct shape is a
-        compile.
+        `count_base` (padding problems are zero pages no sweep reads): a deep search
+        makes many such batches, and every distinct shape is a compile.
         `chunks`: the `data.CompactSides` that hold `problems` (in order), whose padded
         arrays make the tables with less copying.
         """
         child = self.for_problem(0, problems[0])
         child.data = SweepData.from_problems(problems, problems, list(range(len(problems))),
-                                             steps_per_octave=steps_per_octave, count_base=4,
+                                             steps_per_octave=steps_per_octave,
+                                             count_base=count_base,
                                              chunks=chunks)
         child._problem_lengths = np.array([pr.n for pr in problems])
         child._data_key = self._key_of(child.data)
