@@ -128,12 +128,19 @@ def test_sweep_full_equals_reference(kind, seed, n):
     assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
 
 
+@pytest.mark.parametrize("block", [None, 64])
 @pytest.mark.parametrize("kind", ["multi-class", "weighted", "sse", "sse-2"])
-def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, kind):
+def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, request, kind, block):
     """The all-rows channels-major sweep gives the numbers of the per-row sweep it
     replaced on the sequential plan: the same for class counts and weights; regression
     scores a split by its gain (`_sse_gain`, one division), so its losses agree to
-    rounding (docs/design.md, "Regression scores")."""
+    rounding (docs/design.md, "Regression scores"). `block`: its walk gathers that
+    many positions at a time (here three blocks, the last one cut short by the walk's
+    end), as it does past WALK_BLOCK samples."""
+    if block is not None:
+        monkeypatch.setattr(_kernels, "WALK_BLOCK", block)
+        jax.clear_caches()  # no walk traced with the other block size is reused
+        request.addfinalizer(jax.clear_caches)
     problem = ordered_problem(5, 150, 4, kind)
     rng = np.random.default_rng(6)
     f0, f, _, _, cuts = random_rows(rng, problem, 16, 4)
@@ -160,6 +167,31 @@ def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, kind):
                                        atol=1e-13 * float(problem.stats[:, -1].sum()))
         else:
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("kind", ["two-class", "multi-class", "weighted", "weighted-2"])
+def test_few_classes_past_the_lane_sweeps_walk_channels_major(monkeypatch, request, kind):
+    """From BLOCKED_FROM on (here 64 samples) two to seven classes, counts or weights,
+    take the channels-major walk in blocks (here of 64 positions) with the per-row
+    sweep's numbers; below it they keep their own sweeps."""
+    problem = ordered_problem(7, 150, 3, kind)
+    with jax.enable_x64(True):
+        assert not _kernels.sweeps_channels_major(SweepData.from_problem(problem))
+    monkeypatch.setattr(_kernels, "BLOCKED_FROM", 64)
+    monkeypatch.setattr(_kernels, "WALK_BLOCK", 64)
+    jax.clear_caches()
+    request.addfinalizer(jax.clear_caches)
+    rng = np.random.default_rng(8)
+    f0, f, _, _, cuts = random_rows(rng, problem, 12, 4)
+    cuts = np.clip(cuts, 0, problem.n)
+    rows = np.zeros_like(f0)
+    with jax.enable_x64(True):
+        data = SweepData.from_problem(problem)
+        assert _kernels.sweeps_channels_major(data) and data.length % 64 != 0
+        want = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))(rows, f0, f, cuts)
+        got = sweep_full(data, rows, f0, f, cuts)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.parametrize("classes, weight, K, n", [
@@ -210,10 +242,13 @@ def test_window_sweeps_equal_reference(kind):
 
 @pytest.mark.parametrize("kind", BLOCKED_KINDS)
 def test_blocked_full_sweep_equals_reference(monkeypatch, kind):
-    """The large-n path (`_blocked_full_row`), at small n with small blocks (and its
-    tables: regression keeps `full_scan` from BLOCKED_FROM on)."""
+    """The large-n path of the vmapped row sweeps (`_blocked_full_row`), at small n
+    with small blocks. Regression takes it on the parallel plan only (the sequential
+    plan's walk serves every n), whose tables keep `full_scan`."""
     monkeypatch.setattr(_kernels, "FULL_BLOCK", 64)
     monkeypatch.setattr(_kernels, "BLOCKED_FROM", 64)
+    if kind.startswith("sse"):
+        monkeypatch.setenv("QBNB_JAX_PLAN", "parallel")
     problem = ordered_problem(5, 250, 3, kind)
     rng = np.random.default_rng(6)
     f0, f, _, _, cuts = random_rows(rng, problem, 8, 4)
@@ -323,6 +358,8 @@ def _kernel_jaxprs(monkeypatch):
             if kind in BLOCKED_KINDS:
                 with monkeypatch.context() as patch:  # the large-n tables (`full_scan`)
                     patch.setattr(_kernels, "BLOCKED_FROM", 64)
+                    if kind.startswith("sse"):  # regression: the parallel plan's
+                        patch.setenv("QBNB_JAX_PLAN", "parallel")
                     blocked = SweepData.from_problem(problem)
                 out[f"blocked {kind}"] = jax.make_jaxpr(jax.vmap(functools.partial(
                     _kernels._blocked_full_row, blocked)))(*rows, cuts)

@@ -26,6 +26,7 @@ reductions with non-commutative combines and order-dependent scatters.
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 import equinox as eqx
@@ -215,8 +216,7 @@ class SweepData(eqx.Module):
         else:
             # Regression rows on the sequential plan (`_channels_major_full_rows`) and
             # regression lanes form every running sum themselves: no `full_scan`.
-            full_sums = not (first.loss_kind == "sse" and plan == "sequential"
-                             and n_pad < BLOCKED_FROM)
+            full_sums = not (first.loss_kind == "sse" and plan == "sequential")
             signed_chunks = (chunks if binary and chunks is not None
                              and all(ch.signed is not None for ch in chunks) else None)
             # two-class unit-weight sides: every table comes from the chunks and sizes
@@ -680,7 +680,7 @@ FULL_BLOCK = 4096
 
 def _check_full_scan(data: SweepData) -> None:
     """Refuse, when tracing, a sweep that reads `full_scan` where the data left it
-    empty (regression data built for the sequential plan below BLOCKED_FROM)."""
+    empty (regression data built for the sequential plan)."""
     if data.full_scan.shape[2] != data.length + 1:
         raise ValueError("this SweepData has no full_scan: build it for this plan")
 
@@ -908,10 +908,16 @@ CHANNELS_MAJOR_FROM_CLASSES = 8
 
 def sweeps_channels_major(data: SweepData) -> bool:
     """Whether `sweep_full` takes `_channels_major_full_rows`: regression sums or many
-    classes, on the sequential plan, below the blocked sweeps' length."""
-    many = data.loss_kind == "sse" or data.n_classes >= CHANNELS_MAJOR_FROM_CLASSES
-    return (many and data.plan == "sequential" and not data.binary and not data.field_bits
-            and data.length < BLOCKED_FROM)
+    classes, on the sequential plan, at any n (its walk gathers a block at a time), and
+    from BLOCKED_FROM on a few classes and two-class float weights too (whose own
+    sweeps stop there: the vmapped blocked sweep took one row a call). Two-class
+    integer counts keep their reductions at any n."""
+    if data.plan != "sequential" or data.field_bits:
+        return False
+    if data.binary:
+        return data.length >= BLOCKED_FROM
+    return (data.loss_kind == "sse" or data.n_classes >= CHANNELS_MAJOR_FROM_CLASSES
+            or data.length >= BLOCKED_FROM)
 
 
 def sweeps_class_lanes(data: SweepData) -> bool:
@@ -962,7 +968,16 @@ def _channels_major_score(data: SweepData, left: Array, total: Array) -> Array:
     split's gain (`_sse_gain`) rather than its explained sum."""
     if data.loss_kind == "sse":
         return _sse_gain(left, total)
+    if data.binary:  # one signed channel
+        return jnp.abs(left[0]) + jnp.abs(total[0] - left[0])
     return jnp.max(left, axis=0) + jnp.max(total - left, axis=0)
+
+
+# Positions per block of a channels-major walk: each block's rows are gathered and
+# laid out (positions, channels, rows) at once, so a call holds a block of every row,
+# not its whole order, and as many rows fit a call at any n as at this one. A walk of
+# one block gathers it once for both its passes.
+WALK_BLOCK = 8192
 
 
 def _channels_major_full_rows(
@@ -976,44 +991,71 @@ def _channels_major_full_rows(
     whole (cut, row) slabs rather than reductions over a short last axis: the vmapped
     `_full_row` spent most of its time on those. Rows are innermost, the vector lanes
     (with the cuts innermost, four to a row, a step took about 1.6x longer at 64
-    rows). Every running sum is formed in the
-    order `_full_row`'s sequential plan forms it (float weights too), so the sums are
-    the same numbers. The running total of all the row's samples (`full_scan`, a
-    sequential cumsum of the same values in the same order) is carried rather than
-    read: streaming a gathered `(n, S, R)` copy of it cost up to half the sweep.
+    rows). The rows' inputs are gathered WALK_BLOCK positions at a time
+    (`_walk_blocks`). Every running sum is formed in the order `_full_row`'s sequential
+    plan forms it (float weights too), so the sums are the same numbers. The running
+    total of all the row's samples (`full_scan`, a sequential cumsum of the same values
+    in the same order) is carried rather than read: streaming a gathered `(n, S, R)`
+    copy of it cost up to half the sweep.
     """
     lay = data.layout_of[problem]  # (R,)
-    key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
-    values = data.sorted_scan[problem, f]  # (R, n, S)
-    valid = data.cut_valid[lay, f, 1:]  # (R, n)
-    dtype = values.dtype
-    xs = (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key, (1, 0)),
-          jnp.transpose(valid, (1, 0)))
+    dtype = data.sorted_scan.dtype
+    S = data.sorted_scan.shape[-1]
+    R, K = cuts.shape
     zero = jnp.zeros((), dtype)
-
     lane_cuts = jnp.transpose(cuts)  # (K, R)
+
+    block = _walk_block(data.length)
+
+    def rows_of(table, first, at, size):  # (R, size, ...): each row's slice from `at`
+        def one(*index):
+            start = (*index, at) + (0,) * (table.ndim - len(index) - 1)
+            start = tuple(jnp.asarray(i, jnp.int32) for i in start)
+            return jax.lax.dynamic_slice(table, start, (1,) * len(index) + (size,)
+                                         + table.shape[len(index) + 1:])
+        return jax.vmap(one)(*first).reshape(len(first[0]), size, *table.shape[len(first) + 1:])
+
+    def block_of(start):  # positions [start, start + block) of every row, lanes last
+        ids = rows_of(data.perm, (lay, f), start, block)  # (R, B)
+        key = data.rank[lay[:, None], f0[:, None], ids]
+        values = rows_of(data.sorted_scan, (problem, f), start, block)  # (R, B, S)
+        valid = rows_of(data.cut_valid, (lay, f), start + 1, block)
+        return (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key),
+                jnp.transpose(valid), start + jnp.arange(block))
 
     def add_sample(left, value, k):  # left (S, K, R), value (S, R), k (R,)
         return left + jnp.where((k[None, :] < lane_cuts)[None], value[:, None, :], zero)
 
-    if jnp.issubdtype(dtype, jnp.integer):  # exact in any order
-        inside = key[:, :, None] < cuts[:, None, :]  # (R, n, K)
-        pre_scan = jnp.sum(jnp.where(inside[..., None], values[:, :, None, :], zero), axis=1,
-                           dtype=dtype)  # (R, K, S)
-        pre_scan = jnp.transpose(pre_scan, (2, 1, 0))  # (S, K, R)
+    once = block_of(0) if block == data.length else None  # one block serves both passes
+
+    def over_blocks(fn, carry):  # carry = fn(block's inputs, positions to walk, carry)
+        if once is not None:
+            return fn(once, steps, carry)
+        return _walk_blocks(steps, block, carry, lambda start, carry: fn(
+            block_of(start), jnp.minimum(steps - start, block), carry))
+
+    empty = jnp.zeros((S, K, R), dtype)
+    if jnp.issubdtype(dtype, jnp.integer):  # exact in any order: a block at a time
+        def block_sum(xs, _, sums):
+            values, key, _, pos = xs  # positions past the walk are masked
+            walked = (pos < steps)[:, None, None]
+            inside = (key[:, None, :] < lane_cuts[None]) & walked
+            return (sums[0] + jnp.sum(jnp.where(inside[:, None], values[:, :, None, :], zero),
+                                      axis=0, dtype=dtype),
+                    sums[1] + jnp.sum(jnp.where(walked, values, zero), axis=0, dtype=dtype))
+
+        # (S, K, R) prefix sets' and (S, R) all samples' sums
+        pre_scan, whole = over_blocks(block_sum, (empty, jnp.zeros((S, R), dtype)))
         low = jnp.asarray(jnp.iinfo(dtype).min, dtype)
-        whole = jnp.transpose(data.full_scan[problem, f, -1], (1, 0))  # (S, R): all samples
     else:  # float weights: the prefix sets' totals summed in the scan's own order, and
         # the row's total in `full_scan`'s (a sequential cumsum of the same values)
         def first_pass(carry, x):
             left, total = carry
             return (add_sample(left, x[0], x[1]), total + x[0]), None
 
-        S = values.shape[-1]
-        pre_scan, whole = _walk(
-            first_pass, (jnp.zeros((S, cuts.shape[1], cuts.shape[0]), dtype),
-                         jnp.zeros((S, len(f)), dtype)),
-            xs[:2], steps)
+        pre_scan, whole = over_blocks(
+            lambda xs, count, carry: _walk(first_pass, carry, xs[:2], count),
+            (empty, jnp.zeros((S, R), dtype)))
         low = jnp.asarray(-jnp.inf, dtype)
     suf_scan = whole[:, None, :] - pre_scan
 
@@ -1030,10 +1072,10 @@ def _channels_major_full_rows(
         return (left, total, best_pre, best_suf), None
 
     # position 0, the empty left part, is always valid
-    empty = jnp.zeros_like(pre_scan)
     start = (empty, jnp.zeros_like(whole), _channels_major_score(data, empty, pre_scan),
              _channels_major_score(data, empty, suf_scan))
-    _, _, prefix, suffix = _walk(step, start, xs, steps)
+    _, _, prefix, suffix = over_blocks(
+        lambda xs, count, carry: _walk(step, carry, xs[:3], count), start)
     prefix, suffix = jnp.transpose(prefix), jnp.transpose(suffix)
     pre_scan, suf_scan = jnp.transpose(pre_scan, (0, 2, 1)), jnp.transpose(suf_scan, (0, 2, 1))
     pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, C)
@@ -1042,6 +1084,21 @@ def _channels_major_full_rows(
         return (_sse_loss(pre_tot[..., -1], pre_scan, prefix),
                 _sse_loss(suf_tot[..., -1], suf_scan, suffix))
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
+
+
+def _walk_block(length: int) -> int:
+    """Positions per block of a walk over `length` (a `padded_length`): all of them up
+    to WALK_BLOCK, else the largest power of two that divides it, at most WALK_BLOCK,
+    so that every block is whole (a slice that passed the end would be moved back).
+    Past 8192 samples `padded_length` steps by a multiple of 1024."""
+    return length if length <= WALK_BLOCK else math.gcd(length, WALK_BLOCK)
+
+
+def _walk_blocks(steps, block: int, carry, fn):
+    """`carry = fn(start, carry)` for start = 0, block, 2 block, ... below `steps` (a
+    traced count or an int), in order."""
+    count = (steps + block - 1) // block
+    return jax.lax.fori_loop(0, count, lambda b, c: fn(b * block, c), carry)
 
 
 # Rows per `_class_lane_rows` call: its steps are element-wise over (row) lanes of int16

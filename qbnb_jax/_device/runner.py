@@ -19,6 +19,7 @@ import numpy as np
 from qbnb_jax._device.kernels import (
     CLASS_LANE_ROWS,
     GRID_LANES,
+    WALK_BLOCK,
     SweepData,
     scans_own_length,
     sweep_full,
@@ -232,19 +233,20 @@ class KernelRunner:
         return structure, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves)
 
     def for_compact(self, problems: list[Problem], chunks: list | None = None,
-                    steps_per_octave: int = 4) -> KernelRunner:
+                    steps_per_octave: int = 4, count_base: int = 16) -> KernelRunner:
         """A runner for `compact(...)` subsets, each laid out on its own samples.
 
         Counters (and the compile cache) are shared with this runner. Lengths are
         padded in `steps_per_octave` steps per octave and problem counts to powers of
-        four: a deep search makes many such batches, and every distinct shape is a
-        compile.
+        `count_base` (padding problems are zero pages no sweep reads): a deep search
+        makes many such batches, and every distinct shape is a compile.
         `chunks`: the `data.CompactSides` that hold `problems` (in order), whose padded
         arrays make the tables with less copying.
         """
         child = self.for_problem(0, problems[0])
         child.data = SweepData.from_problems(problems, problems, list(range(len(problems))),
-                                             steps_per_octave=steps_per_octave, count_base=4,
+                                             steps_per_octave=steps_per_octave,
+                                             count_base=count_base,
                                              chunks=chunks)
         child._problem_lengths = np.array([pr.n for pr in problems])
         child._data_key = self._key_of(child.data)
@@ -305,9 +307,9 @@ class KernelRunner:
         channels = 1 if uses_class_order(self.data) else int(self.data.sorted_scan.shape[-1])
         per_row = cuts * (length + 1) * channels
         if name == "full" and self.data.plan == "sequential" and sweeps_channels_major(self.data):
-            # it carries the (channel, cut, row) sums; what a call streams is each row's
-            # channels and root positions, one position a step
-            per_row = (length + 1) * (channels + 1)
+            # it carries the (channel, cut, row) sums; what a call streams is a block of
+            # each row's channels and root positions at a time, one position a step
+            per_row = (min(length, WALK_BLOCK) + 1) * (channels + 1)
         if self.data.plan == "parallel":
             fit = _accelerator_free_bytes() // (ACCELERATOR_SHARE * BYTES_PER_ELEMENT * per_row)
             return max(1, min(ACCELERATOR_MAX_ROWS, _pow2_at_most(fit), pow2_at_least(rows)))

@@ -36,7 +36,7 @@ from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.search import Search, depth2_splits
 
 # Sides per depth-2 search of a round. Their problem count is padded to a power of four
-# (`for_compact`), so these are powers of four; a batch whose sides are fewer than
+# (`for_compact(count_base=4)`), so these are powers of four; a batch whose sides are fewer than
 # SMALL_BATCH takes the next length bucket's sides too (less padding is not worth a
 # search of its own).
 MAX_BATCH = 256
@@ -119,7 +119,7 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
                                for at in range(0, len(batch), COMPACT_CHUNK))]
         subs = [sub for chunk in chunks for sub in chunk.problems]
         search = Search(subs, side_options,
-                        runner=runner.for_compact(subs, chunks, LENGTH_STEPS),
+                        runner=runner.for_compact(subs, chunks, LENGTH_STEPS, count_base=4),
                         cutoff=[cutoffs[j] for j in batch])
         solve_depth2(search, side_tables(chunks))
         for q, j in enumerate(batch):

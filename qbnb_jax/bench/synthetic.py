@@ -6,7 +6,9 @@ something to prune with and something to fight:
 - `synth-reg1`: regression, 1 target, n = 8,000, p = 12;
 - `synth-reg3`: regression, 3 correlated targets, n = 8,576, p = 5;
 - `synth-class12`: 12 classes, n = 10,430, p = 10;
-- `synth-class30`: 30 classes, n = 5,000, p = 8.
+- `synth-class30`: 30 classes, n = 5,000, p = 8;
+- `synth-reg3-large`: regression, 3 targets, n = 300,000, p = 8;
+- `synth-class5-large`: 5 classes, n = 300,000, p = 10.
 
 `python -m qbnb_jax.bench --datasets synth-reg1,...` runs them; `--check-regression`
 compares the regression objectives with the numpy brute force and `--vs contree` the
@@ -44,6 +46,8 @@ SYNTHETIC = {
     "synth-reg3": lambda: _regression(8576, 5, 3, seed=13),
     "synth-class12": lambda: _classification(10430, 10, 12, seed=17),
     "synth-class30": lambda: _classification(5000, 8, 30, seed=19),
+    "synth-reg3-large": lambda: _regression(300_000, 8, 3, seed=23),
+    "synth-class5-large": lambda: _classification(300_000, 10, 5, seed=29),
 }
 
 
