@@ -507,12 +507,15 @@ def _draw_blocked(count):
 
 @pytest.fixture(scope="class")
 def blocked_sweeps():
-    """Full sweeps block by block from 64 samples on, in blocks of 8, for one class of
-    tests (the compiled kernels dropped before and after)."""
+    """Full sweeps of large n forced from 64 samples on, for one class of tests (the
+    compiled kernels dropped before and after): the vmapped sweep in blocks of 8 and the
+    channels-major walk (which every problem here takes on the sequential plan) in
+    blocks of 16 positions."""
     from qbnb_jax._device import kernels as _kernels, runner as _runner
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_kernels, "BLOCKED_FROM", 64)
         mp.setattr(_kernels, "FULL_BLOCK", 8)
+        mp.setattr(_kernels, "WALK_BLOCK", 16)
         mp.setattr(_runner, "_COMPILED", {})
         jax.clear_caches()
         try:
