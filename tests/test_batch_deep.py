@@ -141,6 +141,34 @@ def test_sweep_data_from_chunks_equals_per_problem(classes, weights):
         assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_unit_weight_tables_at_a_padded_length_of_2_15():
+    """Unit-weight sides whose batch is padded to 2**15 samples while every side's
+    counts fit int16: each side's summed weight at the last position is its n (the
+    positions were formed in int16 and position 2**15 wrapped to -2**15, which made a
+    depth-3 solve of 34,000 samples return a worse tree as optimal). The tables equal
+    those built problem by problem."""
+    import jax
+
+    from qbnb_jax._device.kernels import SweepData
+
+    rng = np.random.default_rng(4)
+    n = 31_000  # padded to 2**15
+    X = rng.normal(size=(n, 2))
+    problem = make_problem(X, rng.integers(0, 3, n), task="classification")
+    source = sorted_samples(problem)
+    masks = [problem.rank[0] < 1000, np.ones(n, dtype=bool)]
+    chunks = [compact_sides([source] * 2, masks)]
+    subs = chunks[0].problems
+    assert chunks[0].unit_weight
+    with jax.enable_x64(True):
+        got = SweepData.from_problems(subs, subs, [0, 1], steps_per_octave=8, count_base=4,
+                                      chunks=chunks)
+        want = SweepData.from_problems(subs, subs, [0, 1], steps_per_octave=8, count_base=4)
+    assert got.length == 2**15 and got.root_cum.dtype == np.int16
+    assert np.array_equal(np.asarray(got.root_cum)[:2, :, -1, 0], [[1000, 1000], [n, n]])
+    assert np.array_equal(np.asarray(got.root_cum), np.asarray(want.root_cum))
+
+
 def test_depth3_batch_time_limit_keeps_valid_bounds():
     """Out of time in the middle of the lockstep rounds: every problem's bound stays
     below its true optimum."""

@@ -10,7 +10,7 @@ import pytest
 
 import qbnb_jax
 from qbnb_jax._device.kernels import SweepData
-from qbnb_jax._search import deep
+from qbnb_jax._search import deep, deep_batch
 
 
 def _record_sweep_dtypes(monkeypatch) -> list:
@@ -28,14 +28,23 @@ def _record_sweep_dtypes(monkeypatch) -> list:
     monkeypatch.setattr(SweepData, "from_problems", staticmethod(recording))
     return built
 
+@pytest.mark.parametrize("lockstep", [True, False])
 @pytest.mark.parametrize("task", ["regression", "classification"])
-def test_side_batches_on_two_threads_equal_one_thread(monkeypatch, task):
+def test_side_batches_on_two_threads_equal_one_thread(monkeypatch, task, lockstep):
+    """Both ways a depth-3 search solves its sides: as a lockstep batch of one
+    (`deep_batch`, the default) and in batches of its own (`DeepSearch.solve_sides`)."""
     rng = np.random.default_rng(5)
     X = np.round(rng.normal(size=(160, 3)), 2)
     y = X[:, 0] - X[:, 1] ** 2 + rng.normal(size=160)
     if task == "classification":
         y = (y > 0).astype(int) + (y > 1)
-    monkeypatch.setattr(deep, "SMALL_SIDE", 8)  # sides of different sizes: many batches
+    # sides of different sizes: many batches
+    if lockstep:
+        monkeypatch.setattr(deep_batch, "SMALL_BATCH", 1)
+        monkeypatch.setattr(deep_batch, "MAX_BATCH", 4)
+    else:
+        monkeypatch.setattr(deep.DeepSearch, "solves_in_lockstep", lambda self: False)
+        monkeypatch.setattr(deep, "SMALL_SIDE", 8)
     built = _record_sweep_dtypes(monkeypatch)
     two = qbnb_jax.solve(X, y, task=task, depth=3)
     on_helper = [dtype for main, dtype in built if not main]

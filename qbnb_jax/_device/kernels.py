@@ -364,8 +364,10 @@ def _stat_tables(stats: list[np.ndarray] | None, perm: np.ndarray, layout_of: np
     if integer_counts and unit_sizes is not None:  # no per-sample weights to sum
         dtype = count_dtype(int(unit_sizes.max(initial=0)))
         unit_cum = aligned_zeros((bucket, p, n_pad + 1, 1), dtype)
-        np.minimum(np.arange(n_pad + 1, dtype=dtype), unit_sizes.astype(dtype)[:, None, None],
-                   out=unit_cum[:count, :, :, 0])
+        # positions in int64: n_pad itself can pass the counts' dtype (2**15 for int16
+        # sums), the minimum never does
+        np.minimum(np.arange(n_pad + 1), unit_sizes[:, None, None],
+                   out=unit_cum[:count, :, :, 0], casting="unsafe")
     elif integer_counts:
         total = int(st.sum(axis=(1, 2)).max(initial=0))
         # class by class: numpy sums a short last axis slowly (4x for five classes)
