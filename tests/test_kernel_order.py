@@ -188,8 +188,12 @@ def test_few_classes_past_the_lane_sweeps_walk_channels_major(monkeypatch, reque
     with jax.enable_x64(True):
         data = SweepData.from_problem(problem)
         assert _kernels.sweeps_channels_major(data) and data.length % 64 != 0
-        want = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))(rows, f0, f, cuts)
         got = sweep_full(data, rows, f0, f, cuts)
+        # the per-row reference reads `full_scan`, which the parallel plan's data keeps
+        monkeypatch.setenv("QBNB_JAX_PLAN", "parallel")
+        reference = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
+        want = jax.jit(jax.vmap(functools.partial(_kernels._full_row, reference)))(
+            rows, f0, f, cuts)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
@@ -243,12 +247,11 @@ def test_window_sweeps_equal_reference(kind):
 @pytest.mark.parametrize("kind", BLOCKED_KINDS)
 def test_blocked_full_sweep_equals_reference(monkeypatch, kind):
     """The large-n path of the vmapped row sweeps (`_blocked_full_row`), at small n
-    with small blocks. Regression takes it on the parallel plan only (the sequential
-    plan's walk serves every n), whose tables keep `full_scan`."""
+    with small blocks. It serves the parallel plan only (the sequential plan walks
+    channels-major at large n), whose tables keep `full_scan`."""
     monkeypatch.setattr(_kernels, "FULL_BLOCK", 64)
     monkeypatch.setattr(_kernels, "BLOCKED_FROM", 64)
-    if kind.startswith("sse"):
-        monkeypatch.setenv("QBNB_JAX_PLAN", "parallel")
+    monkeypatch.setenv("QBNB_JAX_PLAN", "parallel")
     problem = ordered_problem(5, 250, 3, kind)
     rng = np.random.default_rng(6)
     f0, f, _, _, cuts = random_rows(rng, problem, 8, 4)
@@ -358,8 +361,7 @@ def _kernel_jaxprs(monkeypatch):
             if kind in BLOCKED_KINDS:
                 with monkeypatch.context() as patch:  # the large-n tables (`full_scan`)
                     patch.setattr(_kernels, "BLOCKED_FROM", 64)
-                    if kind.startswith("sse"):  # regression: the parallel plan's
-                        patch.setenv("QBNB_JAX_PLAN", "parallel")
+                    patch.setenv("QBNB_JAX_PLAN", "parallel")  # the plan it serves
                     blocked = SweepData.from_problem(problem)
                 out[f"blocked {kind}"] = jax.make_jaxpr(jax.vmap(functools.partial(
                     _kernels._blocked_full_row, blocked)))(*rows, cuts)

@@ -64,10 +64,10 @@ class SweepData(eqx.Module):
       gather of n per row; one compare with a cut then makes the prefix mask). Memory
       stays O(L p n): no table per (f0, f) pair is ever stored.
     - `sorted_scan`: `(P, p, n, S)`, scanned channels in each feature's order.
-    - `full_scan`: `(P, p, n+1, S)`, their cumulative sums (leading zero row); empty
-      `(P, p, 1, S)` for two-class counts, whose sweeps never read it, and for
-      regression on the sequential plan (`_channels_major_full_rows` and `_sse_grid`
-      form their running sums themselves).
+    - `full_scan`: `(P, p, n+1, S)`, their cumulative sums (leading zero row), read by
+      the class lanes, the class grid and the vmapped row sweeps; empty `(P, p, 1, S)`
+      where none of them serves the data (`_channels_major_full_rows` and `_sse_grid`
+      form their running sums themselves; two-class counts' reductions need none).
     - `root_cum`: `(P, p, n+1, C)`, cumulative stat vectors in each feature's order;
       integer counts keep one channel, their summed weight, and regression sums one,
       their summed w |y|^2 (C = 1): all a set's loss needs besides its score.
@@ -211,12 +211,22 @@ class SweepData(eqx.Module):
         # Bucketed problem counts share compiled kernels; padding problems stay zero.
         layout_of = np.concatenate([np.asarray(layout_of, dtype=np.int32),
                                     np.zeros(bucket - count, np.int32)])
+        class_order = (first.loss_kind == "count" and first.n_channels >= CLASS_ORDER_FROM
+                       and plan == "sequential" and n_pad < BLOCKED_FROM)
+        lane_codes = (first.loss_kind == "count" and not binary and not field_bits
+                      and not class_order and plan == "sequential" and n_pad < BLOCKED_FROM
+                      and all(pr.stats.max(initial=0) <= 1 for pr in problems))
         if stat_tables is not None:
             tables = dict(stat_tables)
         else:
-            # Regression rows on the sequential plan (`_channels_major_full_rows`) and
-            # regression lanes form every running sum themselves: no `full_scan`.
-            full_sums = not (first.loss_kind == "sse" and plan == "sequential")
+            # `full_scan` is read by the class lanes, the class grid and the vmapped row
+            # sweeps; the channels-major walks and the regression lanes form every
+            # running sum themselves.
+            settings = (plan, field_bits, binary, first.loss_kind, first.n_channels, n_pad)
+            count_grid = (first.loss_kind == "count" and not binary and not field_bits
+                          and first.n_channels <= GRID_MAX_CLASSES and L == 1 and count > 1)
+            full_sums = (not _walks_channels_major(*settings) or count_grid
+                         or _walks_class_lanes(lane_codes, *settings))
             signed_chunks = (chunks if binary and chunks is not None
                              and all(ch.signed is not None for ch in chunks) else None)
             # two-class unit-weight sides: every table comes from the chunks and sizes
@@ -229,8 +239,6 @@ class SweepData(eqx.Module):
                                   field_bits=field_bits, scan_dtype=scan_dtype,
                                   full_sums=full_sums, unit_sizes=unit_sizes,
                                   signed_chunks=signed_chunks)
-        class_order = (first.loss_kind == "count" and first.n_channels >= CLASS_ORDER_FROM
-                       and plan == "sequential" and n_pad < BLOCKED_FROM)
         if class_order:
             stats = np.zeros((count, n_pad, first.n_channels), first.stats.dtype)
             for i, pr in enumerate(problems):
@@ -240,9 +248,6 @@ class SweepData(eqx.Module):
             empty = np.zeros((0, 0, 0), np.int32)
             tables.update(class_sample=empty, class_weight=empty.astype(scan_dtype),
                           class_start=empty.astype(bool), class_place=empty)
-        lane_codes = (first.loss_kind == "count" and not binary and not field_bits
-                      and not class_order and plan == "sequential" and n_pad < BLOCKED_FROM
-                      and all(pr.stats.max(initial=0) <= 1 for pr in problems))
         tables["root_code"] = (class_lane_codes([pr.stats for pr in problems], rank, layout_of,
                                                 bucket)
                                if lane_codes else np.zeros((0, 0, 0), np.int32))
@@ -682,7 +687,7 @@ FULL_BLOCK = 4096
 
 def _check_full_scan(data: SweepData) -> None:
     """Refuse, when tracing, a sweep that reads `full_scan` where the data left it
-    empty (regression data built for the sequential plan)."""
+    empty (`from_problems` builds it only where such a sweep serves the data)."""
     if data.full_scan.shape[2] != data.length + 1:
         raise ValueError("this SweepData has no full_scan: build it for this plan")
 
@@ -909,28 +914,39 @@ CHANNELS_MAJOR_FROM_CLASSES = 8
 
 
 def sweeps_channels_major(data: SweepData) -> bool:
-    """Whether `sweep_full` takes `_channels_major_full_rows`: regression sums or many
-    classes, on the sequential plan, at any n (its walk gathers a block at a time), and
-    from BLOCKED_FROM on a few classes and two-class float weights too (whose own
-    sweeps stop there: the vmapped blocked sweep took one row a call). Two-class
-    integer counts keep their reductions at any n."""
-    if data.plan != "sequential" or data.field_bits:
+    """Whether `sweep_full` takes `_channels_major_full_rows` (unless it takes the class
+    lanes, `sweeps_class_lanes`, or the class order): see `_walks_channels_major`."""
+    return _walks_channels_major(data.plan, data.field_bits, data.binary, data.loss_kind,
+                                 data.n_classes, data.length)
+
+
+def _walks_channels_major(plan: str, field_bits: int, binary: bool, loss_kind: str,
+                          n_classes: int, length: int) -> bool:
+    """Regression sums and many classes on the sequential plan at any n (the walk
+    gathers a block at a time); from BLOCKED_FROM on, where the lane sweeps and the
+    two-class reductions stop, every other kind too."""
+    if plan != "sequential" or field_bits:
         return False
-    if data.binary:
-        return data.length >= BLOCKED_FROM
-    return (data.loss_kind == "sse" or data.n_classes >= CHANNELS_MAJOR_FROM_CLASSES
-            or data.length >= BLOCKED_FROM)
+    if binary:
+        return length >= BLOCKED_FROM
+    return (loss_kind == "sse" or n_classes >= CHANNELS_MAJOR_FROM_CLASSES
+            or length >= BLOCKED_FROM)
 
 
 def sweeps_class_lanes(data: SweepData) -> bool:
-    """Whether `sweep_full` takes `_class_lane_rows`: integer counts of 0 or 1 (they
-    have `root_code`) or of three to seven classes, on the sequential plan, below the
-    blocked sweeps' length."""
-    if data.root_code.size:
-        return True
-    return (data.loss_kind == "count" and not data.binary
-            and data.n_classes < CHANNELS_MAJOR_FROM_CLASSES and data.plan == "sequential"
-            and not data.field_bits and data.length < BLOCKED_FROM)
+    """Whether `sweep_full` takes `_class_lane_rows`: see `_walks_class_lanes`."""
+    return _walks_class_lanes(data.root_code.size > 0, data.plan, data.field_bits,
+                              data.binary, data.loss_kind, data.n_classes, data.length)
+
+
+def _walks_class_lanes(lane_codes: bool, plan: str, field_bits: int, binary: bool,
+                       loss_kind: str, n_classes: int, length: int) -> bool:
+    """Integer counts of 0 or 1 (with `root_code`, `lane_codes`) or of three to seven
+    classes, on the sequential plan, below the blocked sweeps' length."""
+    return lane_codes or (loss_kind == "count" and not binary
+                          and n_classes < CHANNELS_MAJOR_FROM_CLASSES
+                          and plan == "sequential" and not field_bits
+                          and length < BLOCKED_FROM)
 
 
 def _sse_gain(part, total) -> Array:
@@ -1128,6 +1144,7 @@ def _class_lane_rows(
     `full_scan` (cumulative class counts in f0's order) at the cut. Integer sums and
     maxima: the scores are `_full_row`'s integers in any order.
     """
+    _check_full_scan(data)
     lay = data.layout_of[problem]  # (R,)
     dtype = data.sorted_scan.dtype
     C = data.n_classes
@@ -1393,6 +1410,7 @@ def _class_grid(
     The class totals of each prefix set (and so of its suffix) are read before the
     scan from `full_scan`, the cumulative class counts in f0's order, at the cuts.
     """
+    _check_full_scan(data)
     dtype = data.sorted_scan.dtype
     Q = cuts.shape[2]
     C = data.grid_scan.shape[2]
