@@ -122,32 +122,67 @@ def test_reweighted_numbers_thresholds_as_a_weighted_solve(n):
 
 
 @pytest.mark.parametrize("task", ["classification", "regression"])
-def test_depth2_trees_alone_equal_build_tree(task):
-    """The full-tree shortcut returns `build_tree`'s tree and `tree_objective`'s value,
-    bit for bit, and collapsed splits fall back to them."""
-    from qbnb_jax._problem.host import build_tree, depth2_trees_alone, tree_objective
+def test_depth2_trees_reweighted_equal_build_tree_alone(task):
+    """The vectorised depth-2 trees of reweighted problems (zero-weight rows kept) are
+    `build_tree`'s tree and `tree_objective`'s value of each weighted problem made
+    alone, bit for bit, and collapsed splits fall back to them."""
+    from qbnb_jax._problem.data import as_targets, reweighted_samples
+    from qbnb_jax._problem.host import build_tree, depth2_trees_reweighted, tree_objective
 
     rng = np.random.default_rng(3)
-    problems, specs = [], []
-    for _ in range(40):
-        n = int(rng.integers(3, 80))
-        X = np.round(rng.normal(size=(n, 3)), 1)
-        y = rng.integers(0, 3, n) if task == "classification" else rng.normal(size=(n, 2))
-        w = rng.random(n) * 3 + 0.01
-        problem = make_problem(X, y, task=task, sample_weight=w)
+    n = 70
+    X = np.round(rng.normal(size=(n, 3)), 1)
+    y = rng.integers(0, 3, n) if task == "classification" else rng.normal(size=(n, 2)) * 5 + 3
+    W = (rng.random((40, n)) * 3 + 0.01) * (rng.random((40, n)) < 0.7)
+    W[W.sum(axis=1) == 0, 0] = 1.0
+    base = make_problem(X, y, task=task)
+    targets = as_targets(y, n) if task == "regression" else None
+    problems, _ = reweighted_samples(base, W, targets)
+    specs = []
+    for _ in W:
         f0, f1, f2 = rng.integers(0, 3, 3)
         # below the least and at the largest value: a side is empty and collapses
         t0, t1, t2 = (float(np.quantile(X[:, f], rng.choice([0.3, 0.5, 0.5, 1.0])))
                       - (rng.random() < 0.1) * 10.0 for f in (f0, f1, f2))
-        problems.append(problem)
         specs.append((int(f0), t0, (int(f1), t1, None, None), (int(f2), t2, None, None)))
-    for problem, spec, (tree, objective) in zip(problems, specs,
-                                                depth2_trees_alone(problems, specs)):
-        want = build_tree(problem, spec)
-        assert objective == tree_objective(want, problem)
+    for w, spec, (tree, objective) in zip(W, specs, depth2_trees_reweighted(problems, specs)):
+        alone = make_problem(X, y, task=task, sample_weight=w)
+        want = build_tree(alone, spec)
+        assert objective == tree_objective(want, alone)
         for name in ("children_left", "children_right", "feature", "threshold", "value",
                      "weighted_n_node_samples"):
             np.testing.assert_array_equal(getattr(tree, name), getattr(want, name))
+
+
+@pytest.mark.parametrize("targets", [1, 3, 9])
+def test_sse_setup_of_many_weightings_equals_each_alone(targets):
+    """`sse_setup` of P weightings (zero-weight rows kept) gives each weighting the
+    offset, exponents, stats and slack of `make_problem` with those weights, bit for
+    bit: large offsets, weights over many octaves, a constant column."""
+    from qbnb_jax._problem.scaling import sse_setup
+
+    rng = np.random.default_rng(targets)
+    n = 300
+    y = rng.normal(size=(n, targets)) * 10.0 ** rng.integers(-3, 4, targets) + 1e4
+    y[:, -1] = 2.5 if targets > 1 else y[:, -1]
+    W = np.exp(rng.normal(size=(25, n)) * 3) * (rng.random((25, n)) < 0.6)
+    W[3] *= 2.0**-900  # tiny weights: scaled units
+    W[W.sum(axis=1) == 0, 0] = 1.0
+    setup = sse_setup(y, W)
+    X = rng.normal(size=(n, 2))
+    for q, w in enumerate(W):
+        alone = make_problem(X, y, task="regression", sample_weight=w)
+        keep = w > 0
+        np.testing.assert_array_equal(setup.offset[q], alone.y_offset)
+        np.testing.assert_array_equal(setup.centred[q][keep], alone.y)
+        assert (setup.centred[q][~keep] == 0).all()
+        assert (setup.weight_exponent[q], setup.target_exponent[q]) == (
+            alone.weight_exponent, alone.target_exponent)
+        np.testing.assert_array_equal(setup.stats[q][keep], alone.stats)
+        assert (setup.stats[q][~keep] == 0).all()
+        np.testing.assert_array_equal(setup.slack[q][keep], alone.search_slack(
+            np.arange(alone.n)))
+    assert setup.weight_exponent[3] != 0
 
 
 def test_stump_losses_all_features_at_once_equal_one_by_one(monkeypatch):
@@ -250,7 +285,7 @@ def test_sse_stumps_of_all_shared_equal_one_by_one(targets, monkeypatch):
     W[2] = 0.0
     W[2, :2] = 1.0  # two samples only
     W[3, 40:] = 0.0
-    problems, _, _ = reweighted_samples(base, W, as_targets(y, n))
+    problems, _ = reweighted_samples(base, W, as_targets(y, n))
     losses, positions = stumps_of_all_shared(problems)
     for q, problem in enumerate(problems):
         want_losses, want_positions = stump_losses(problem, np.ones(n, dtype=bool))
@@ -271,5 +306,5 @@ def test_depth2_cuts_shared_sse_children_equal_stump_losses(targets):
     W[1::2] *= np.round(rng.uniform(0.5, 2.0, size=W[1::2].shape), 3)
     W[0, 50:] = 0.0
     base = make_problem(X, y, task="regression")
-    problems, _, tables = reweighted_samples(base, W, as_targets(y, n))
+    problems, tables = reweighted_samples(base, W, as_targets(y, n))
     _check_children_cuts(rng, problems, tables, p)

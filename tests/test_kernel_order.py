@@ -310,7 +310,7 @@ def test_sse_grid_equals_sweep_full_bitwise(targets, n, feature):
     W = rng.multinomial(n, np.full(n, 1 / n), size=P).astype(np.float64)
     W[1] *= rng.uniform(0.1, 3, size=n)  # fractional weights too
     base = make_problem(X, y if targets > 1 else y[:, 0], task="regression")
-    problems, _, _ = reweighted_samples(base, W, as_targets(y if targets > 1 else y[:, 0], n))
+    problems, _ = reweighted_samples(base, W, as_targets(y if targets > 1 else y[:, 0], n))
     K, S = 3, 2
     cuts = np.sort(rng.integers(0, n + 1, size=(S, K, P)), axis=1).astype(np.int32)
     cuts[:, 0, 0] = 0
@@ -392,7 +392,7 @@ def _kernel_jaxprs(monkeypatch):
             np.zeros((1, 2, 3), np.int32))
         base = make_problem(np.arange(40.0)[:, None] % 7, np.arange(40.0) % 5,
                             task="regression")
-        problems, _, _ = reweighted_samples(base, np.ones((3, 40)),
+        problems, _ = reweighted_samples(base, np.ones((3, 40)),
                                             as_targets(np.arange(40.0) % 5, 40))
         data = SweepData.from_problems([base], problems, [0] * 3)
         assert data.grid_scan.ndim == 4 and data.loss_kind == "sse"  # regression lanes

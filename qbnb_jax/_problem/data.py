@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import math
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -16,6 +15,7 @@ import numpy as np
 from qbnb_jax._device.parallel import run_all
 from qbnb_jax._problem.leaf_limits import LeafLimits
 from qbnb_jax._problem.missing import MissingColumns, virtual_features
+from qbnb_jax._problem.scaling import SAFE_MAX, SAFE_MIN, sse_setup
 
 Task = Literal["classification", "regression"]
 # How leaf losses are computed from summed stat vectors:
@@ -67,7 +67,7 @@ class Problem:
     weight: np.ndarray  # float64 (n,)
     # Regression: `stats` and `slack_left` hold weight * 2**weight_exponent and y *
     # 2**target_exponent, powers of two chosen so that the search's sums neither
-    # underflow nor overflow (`_search_exponents`); exact, so they change no decision.
+    # underflow nor overflow (`scaling.sse_setup`); exact, so they change no decision.
     # `weight`, `y` and `y_offset` stay in the caller's units, for the tree's values
     # and objective.
     weight_exponent: int = 0
@@ -264,73 +264,53 @@ class Problem:
 
 
 def reweighted_samples(base: Problem, weights: np.ndarray, targets: np.ndarray | None = None
-                       ) -> tuple[list[Problem], list[Problem], ThresholdTables]:
+                       ) -> tuple[list[Problem], ThresholdTables]:
     """`base` (made without weights) under each row of float weights `(P, n)`, on base's
     layout, for problems whose sums are floats: regression, fractional class weights.
 
     Each problem's stat vectors, sample slack, centred targets and search exponents are
     those `make_problem(X, y, sample_weight=row)` computes from the row's positive
-    samples, bit for bit; its zero-weight rows hold zero stats and slack. The sweeps'
-    float prefix sums run in each feature's order one sample at a time (the sequential
-    plan; `tables.slack_left` likewise), and a zero-weight row adds an exact zero to
-    them, so on the shared layout they are the same numbers a solve of the problem
-    alone forms; thresholds are numbered as that solve numbers them (`reweighted`).
+    samples, bit for bit (`scaling.sse_setup`, for all rows at once); its zero-weight
+    rows hold zero stats, slack and centred targets. The sweeps' float prefix sums run
+    in each feature's order one sample at a time (the sequential plan;
+    `tables.slack_left` likewise), and a zero-weight row adds an exact zero to them, so
+    on the shared layout they are the same numbers a solve of the problem alone forms;
+    thresholds are numbered as that solve numbers them (`reweighted`).
     `targets`: regression, the caller's targets `(n, m)` (`as_targets`).
 
-    Returns `(problems, alone, tables)`: `alone[q]` holds problem q's positive samples
-    only (`X`, `y`, `weight`, `stats`), in the order and arrays of that solve, for what
-    is computed from whole sample sets (tree values, objective, tolerance); its
-    presorted fields are the shared ones and must not be used.
+    What a solve computes from whole sample sets (tree values, objective, tolerance)
+    it sums term by term in sample order (`_problem/sums.py`), to which zero-weight
+    rows add exact zeros: the problems give the same numbers as they are.
+
+    Returns `(problems, tables)`.
     """
     P, n = weights.shape
-    regression = base.task == "regression"
-    C = base.n_channels
-    stats_all = np.zeros((P, n, C))
-    slack = np.zeros((P, n))
+    if base.task == "regression":
+        setup = sse_setup(targets, weights)
+        problems, tables = base.reweighted(weights, stats=list(setup.stats), slack=setup.slack)
+        for q, problem in enumerate(problems):
+            problem.__dict__.update(y=setup.centred[q], y_offset=setup.offset[q],
+                                    weight_exponent=int(setup.weight_exponent[q]),
+                                    target_exponent=int(setup.target_exponent[q]))
+        return problems, tables
+    stats_all = np.empty((P, n, base.n_channels))
+    onehot = base.stats.astype(np.float64)
+    np.multiply(onehot[None], weights[:, :, None], out=stats_all)  # as `make_problem`
     stats: list[np.ndarray] = []
-    fields: list[dict] = []
-    alone: list[dict] = []
-    if regression:
-        centred = np.zeros((P, n, targets.shape[1]))
-    else:
-        onehot = base.stats.astype(np.float64)
-        np.multiply(onehot[None], weights[:, :, None], out=stats_all)  # as `make_problem`
-        slack[:] = weights  # `sample_slack` of classification: the weights
-    for q, w in enumerate(weights):
-        idx = np.flatnonzero(w > 0)
-        w_c = w[idx]
-        if regression:
-            y_c, offset = _centred_targets(targets[idx], w_c)
-            a, b = _search_exponents(y_c, w_c)
-            w_s, y_s = np.ldexp(w_c, a), np.ldexp(y_c, b)
-            st = _sse_stats(y_s, w_s)
-            stats_all[q, idx] = st
-            slack[q, idx] = sample_slack("regression", y_s, w_s)
-            centred[q, idx] = y_c
-            stats.append(stats_all[q])
-            fields.append(dict(y=centred[q], y_offset=offset, weight_exponent=a,
-                               target_exponent=b))
-            alone.append(dict(X=base.X[idx], y=y_c, weight=w_c, stats=st))
-            continue
-        integral = bool(np.all(w == np.round(w))) and float(w.sum()) < 2**30
-        if integral:  # counts, as `make_problem` keeps them
-            stats.append(stats_all[q].astype(np.int32))
-            kind = "count"
+    kinds: list[str] = []
+    for w, st in zip(weights, stats_all):
+        if bool(np.all(w == np.round(w))) and float(w.sum()) < 2**30:
+            stats.append(st.astype(np.int32))  # counts, as `make_problem` keeps them
+            kinds.append("count")
         else:
-            _check_class_weight_range(w_c)
-            stats.append(stats_all[q])
-            kind = "weighted"
-        fields.append(dict(loss_kind=kind))
-        alone.append(dict(X=base.X[idx], y=base.y[idx], weight=w_c, stats=stats[-1][idx],
-                          loss_kind=kind))
-    problems, tables = base.reweighted(weights, stats=stats, slack=slack)
-    views = []
-    for problem, extra, own in zip(problems, fields, alone):
-        problem.__dict__.update(extra)
-        view = object.__new__(Problem)
-        view.__dict__.update(problem.__dict__, **own)
-        views.append(view)
-    return problems, views, tables
+            _check_class_weight_range(w[w > 0])
+            stats.append(st)
+            kinds.append("weighted")
+    # `sample_slack` of classification: the weights
+    problems, tables = base.reweighted(weights, stats=stats, slack=weights)
+    for problem, kind in zip(problems, kinds):
+        problem.__dict__.update(loss_kind=kind)
+    return problems, tables
 
 
 class Layout(NamedTuple):
@@ -761,11 +741,10 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
             loss_kind = "weighted"
         slack = sample_slack(task, y_enc, w)
     else:
-        y_enc, offset = _centred_targets(y_enc, w)
-        exponents = _search_exponents(y_enc, w)
-        w_search, y_search = np.ldexp(w, exponents[0]), np.ldexp(y_enc, exponents[1])
-        stats = _sse_stats(y_search, w_search)
-        slack = sample_slack(task, y_search, w_search)
+        setup = sse_setup(y_enc, w[None])
+        y_enc, offset, stats, slack = (setup.centred[0], setup.offset[0], setup.stats[0],
+                                       setup.slack[0])
+        exponents = (int(setup.weight_exponent[0]), int(setup.target_exponent[0]))
         loss_kind = "sse"
 
     perm, changes = stable_order(X.T)
@@ -794,18 +773,6 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
     )
 
 
-# The float64 range the solver's sums are kept in (`make_problem` documents what it
-# means for the inputs). Beyond it an overflow gives inf, and an underflow's absolute
-# error (up to 2**-1075 an operation) is no longer negligible next to the pruning
-# tolerance, 1e-12 (about 2**-40) of the root's loss: a tree could be proved optimal
-# from lost digits.
-SAFE_MAX = 2.0**1000
-SAFE_MIN = 2.0**-1000  # per summed term: a loss summed over n samples reaches n * SAFE_MIN
-# The underflow errors allowed are below 2**-64 of the root's squared error: 2**-24 of
-# the pruning tolerance.
-UNDERFLOW_MARGIN = 2.0**64
-
-
 def _check_class_weight_range(w: np.ndarray) -> None:
     """Fractional class weights: losses are sums of weights, exact to a relative
     rounding unless the total is so small that subnormal round-off (halving a sum of
@@ -823,142 +790,6 @@ def _check_class_weight_range(w: np.ndarray) -> None:
             f"float64 limit n * 2**-1000 (about {smallest:.2g}), where float64 cannot prove "
             "a tree optimal. Multiply sample_weight by a constant; the optimal tree does "
             "not change.")
-
-
-def _centred_targets(y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`(y - offset, offset)` with `offset` the weighted mean of each target column."""
-    # Centring first keeps S2 - |S1|^2/S0 well conditioned for targets with a
-    # large offset; the loss of every set is unchanged by the shift. The weights are
-    # divided by a power of two first (exact: the same mean, bit for bit) so that
-    # w * y neither overflows for huge weights nor underflows for tiny ones.
-    unit = np.ldexp(w, -math.frexp(float(w.max()))[1])
-    with np.errstate(over="ignore", invalid="ignore"):
-        offset = (unit[:, None] * y).sum(axis=0) / unit.sum()
-    # A constant target column is centred to exact zeros: its weighted mean can be
-    # off by an ulp, and round-off alone would then make some split look better
-    # than the single leaf (scikit-learn returns a leaf for constant targets).
-    constant = np.all(y == y[:1], axis=0)
-    offset = np.where(constant, y[0], offset)
-    with np.errstate(over="ignore", invalid="ignore"):
-        centred = y - offset
-    if not (np.all(np.isfinite(offset)) and np.all(np.isfinite(centred))):
-        raise ValueError(
-            "y is too large for float64: its deviations from the weighted mean overflow. "
-            "Rescale y (for example divide it by its standard deviation).")
-    return centred, offset
-
-
-def _sse_stats(y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """`[w, w*y, w*|y|^2]` per sample, for centred targets `(n, m)` and weights `(n,)`."""
-    return np.concatenate([w[:, None], w[:, None] * y, (w * np.sum(y**2, axis=1))[:, None]],
-                          axis=1)
-
-
-def _sse_sums_safe(y: np.ndarray, w: np.ndarray) -> bool:
-    """Whether the search's sums of these centred targets and positive weights stay in
-    the safe range: no sum (squared error, |S1|^2, slack) above SAFE_MAX, and the
-    root's squared error large enough that no underflow matters.
-
-    The underflow that matters is |S1|^2's in a leaf's loss S2 - |S1|^2 / S0: when it
-    is subnormal its error, up to 2**-1074, becomes 2**-1074 / S0, and it is also at
-    most |S1|^2 / S0 <= S0 d^2 (d = max |y|). So a leaf loses at most
-    min(2**-1074 / w_min, 2**-537 d) of its loss, whatever its samples.
-
-    A split's gain (`kernels._sse_gain`) squares `S1_l S0_r - S1_r S0_l`, at most
-    `S0**2 |y|_max / 2` for a set of weight S0, over `S0_l S0_r <= S0**2 / 4`: both
-    stay below SAFE_MAX when `S0**4 max(|y|_max**2, 1)` does. Its subnormal round-off
-    (a few 2**-1074 per target in the squares) is divided by `S0_l S0_r S0 >= w_min**3`.
-    """
-    with np.errstate(all="ignore"):
-        deviation = float(np.abs(y).max())
-        root = float(np.sum(w * np.sum(y**2, axis=1)))
-        s1_squared = float((np.abs(w[:, None] * y).sum(axis=0) ** 2).max())
-        slack = float(sample_slack("regression", y, w).sum())
-        leaf_error = min(2.0**-1074 / float(w.min()), 2.0**-537 * deviation)
-        gain_cross = np.float64(w.sum()) ** 4 * max(np.sum(y**2, axis=1).max(), 1.0)
-        gain_error = 2.0**-1070 * y.shape[1] / np.float64(w.min()) ** 3
-    largest = max(root, s1_squared, slack, gain_cross)
-    return bool(np.isfinite(largest) and largest <= SAFE_MAX and root >= len(w) * SAFE_MIN
-                and root >= UNDERFLOW_MARGIN * max(leaf_error, gain_error))
-
-
-def _check_weight_spread(w: np.ndarray) -> None:
-    """Refuse regression weights of which the smallest is lost in the rounding of the
-    weights' sum.
-
-    The search gets a side's sums as a total less a prefix; with such weights the
-    side's S0 can come out as 0 or a few ulps of the total, and its loss
-    S2 - |S1|^2 / S0 off by up to its whole squared error: a split that the light
-    samples decide was returned as a single leaf, "optimal". No power of two helps:
-    the ratio of the weights is the problem.
-    """
-    smallest, total = float(w.min()), float(w.sum())
-    if smallest <= len(w) * np.finfo(np.float64).eps * total:
-        raise ValueError(
-            f"sample_weight spans too many orders of magnitude for float64 sums: the "
-            f"smallest positive weight, {smallest:.3g}, is lost in the rounding of their "
-            f"total, {total:.3g} (below n * 2**-52 of it), so the squared errors of its "
-            "samples cannot be resolved. Give such samples weight 0, or raise their weights.")
-
-
-def _search_exponents(y: np.ndarray, w: np.ndarray) -> tuple[int, int]:
-    """Powers of two `(a, b)` so that weights `w * 2**a` and targets `y * 2**b` (centred)
-    keep the search's sums in the safe range; `(0, 0)`, the caller's units, when those
-    already do. Refuses inputs whose tree objective float64 cannot report, and weights
-    that no scale brings into the range.
-
-    Normalised (the largest weight and the largest |y| in [0.5, 1)), the sums are
-    always safe once `_check_weight_spread` passes: every positive weight is then above
-    n * 2**-53, so the root's squared error is too, far above any underflow.
-    """
-    deviation = float(np.abs(y).max())
-    if deviation == 0:  # constant targets: every loss is exactly 0
-        return 0, 0
-    _check_weight_spread(w)
-    a, b = -math.frexp(float(w.max()))[1], -math.frexp(deviation)[1]
-    w_unit, y_unit = np.ldexp(w, a), np.ldexp(y, b)
-    _check_reportable_sse(y_unit, w_unit, a, b, deviation)
-    return (0, 0) if _sse_sums_safe(y, w) else (a, b)
-
-
-def _check_reportable_sse(y_unit: np.ndarray, w_unit: np.ndarray, a: int, b: int,
-                          deviation: float) -> None:
-    """Refuse targets and weights whose squared errors float64 cannot hold in the
-    caller's units, where the tree's values and objective are computed (`y_unit`,
-    `w_unit`: the centred targets times 2**b and the weights times 2**a).
-
-    Naming the cause: of the total weight W and the weighted mean square deviation
-    V = sum w (y - mean)^2 / W, the one further from 1 (in orders of magnitude).
-    """
-    if deviation > 2.0**500:
-        raise ValueError(
-            f"y is too large for float64: its deviations from the weighted mean reach "
-            f"{deviation:.3g}, whose squares overflow (the safe limit is 2**500, about "
-            "3.3e150). Rescale y (for example divide it by its standard deviation).")
-    log_total = math.log2(float(w_unit.sum())) - a
-    log_root = math.log2(float(np.sum(w_unit * np.sum(y_unit**2, axis=1)))) - a - 2 * b
-    log_mean_square = log_root - log_total
-    if log_mean_square < -1000:
-        raise ValueError(
-            f"y varies too little for float64: the weighted mean of (y - mean)**2 is about "
-            f"2**{log_mean_square:.0f}, below 2**-1000 (about 9.3e-302), where its squares "
-            "underflow. Rescale y (for example divide it by its standard deviation).")
-    blame_weights = abs(log_total) >= abs(log_mean_square)
-    total = f"sum w*(y - mean)**2 is about 2**{log_root:.0f}"
-    if log_root > math.log2(SAFE_MAX):
-        raise ValueError(
-            f"sample_weight is too large: {total}, above the safe float64 limit 2**1000 "
-            "(about 1.1e301). Divide sample_weight by a constant; the optimal tree does not "
-            "change." if blame_weights else
-            f"y is too large for float64: {total}, above the safe limit 2**1000 (about "
-            "1.1e301). Rescale y (for example divide it by its standard deviation).")
-    if log_root < math.log2(len(w_unit) * SAFE_MIN):
-        limit = f"the safe float64 limit n * 2**-1000 (about {len(w_unit) * SAFE_MIN:.2g})"
-        raise ValueError(
-            f"sample_weight is too small: {total}, below {limit}. Multiply sample_weight "
-            "by a constant; the optimal tree does not change." if blame_weights else
-            f"y varies too little for float64: {total}, below {limit}. Rescale y (for "
-            "example divide it by its standard deviation).")
 
 
 def sample_slack(task: str, y: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ from qbnb_jax._problem.data import (
     two_class_stumps,
     valid_argmin,
 )
+from qbnb_jax._problem.sums import grouped_sums, sequential_sum
 from qbnb_jax._problem.tree import LEAF, Tree
 
 
@@ -356,35 +357,13 @@ def build_tree(problem: Problem, splits) -> Tree:
     return fill_values(tree, problem)
 
 
-def _node_values(problem: Problem, member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Value and weight of every node from its samples, `member` `(nodes, n)` (float64)."""
-    as_float = member.astype(np.float64)
-    w = problem.weight
-    weights = as_float @ w
-    if problem.task == "classification":
-        onehot = np.zeros((problem.n, len(problem.classes)))
-        onehot[np.arange(problem.n), problem.y] = 1.0
-        return as_float @ (onehot * w[:, None]), weights
-    sums = as_float @ (problem.y * w[:, None])
-    value = sums / np.where(weights > 0, weights, 1.0)[:, None] + problem.y_offset[None]
-    return value, weights
-
-
 def fill_values(tree: Tree, problem: Problem) -> Tree:
-    """Recompute every node's value and weight from the training data (float64)."""
-    n_nodes = tree.n_nodes
-    leaf_of = tree.apply(problem.X)
-    # Node membership: walk from each leaf to the root through parents.
-    parent = np.full(n_nodes, -1)
-    for node in range(n_nodes):
-        for child in (tree.children_left[node], tree.children_right[node]):
-            if child != LEAF:
-                parent[child] = node
-    member = np.zeros((n_nodes, problem.n), dtype=bool)
-    member[leaf_of, np.arange(problem.n)] = True
-    for node in range(n_nodes - 1, 0, -1):  # preorder: children after parents
-        member[parent[node]] |= member[node]
-    value, weights = _node_values(problem, member)
+    """Recompute every node's value and weight from the training data (float64).
+
+    A leaf's sums run over its samples one at a time in sample order (`np.bincount`),
+    an internal node's are its children's summed: a problem that keeps zero-weight
+    rows (`solve_batch`) gets the numbers of its solve (`_problem/sums.py`)."""
+    value, weights = _node_values(tree, problem, tree.apply(problem.X))
     return Tree(
         children_left=tree.children_left,
         children_right=tree.children_right,
@@ -396,62 +375,40 @@ def fill_values(tree: Tree, problem: Problem) -> Tree:
     )
 
 
+def _node_values(tree: Tree, problem: Problem, leaf_of: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """`(value, weight)` of every node of `tree`, for the leaf of every sample."""
+    n_nodes = tree.n_nodes
+    weights, sums = _leaf_sums(problem, leaf_of, n_nodes)
+    for node in range(n_nodes - 1, -1, -1):  # preorder: children after parents
+        left, right = tree.children_left[node], tree.children_right[node]
+        if left != LEAF:
+            weights[node] = weights[left] + weights[right]
+            sums[node] = sums[left] + sums[right]
+    if problem.task == "classification":
+        return sums, weights
+    return sums / np.where(weights > 0, weights, 1.0)[:, None] + problem.y_offset[None], weights
+
+
+def _leaf_sums(problem: Problem, leaf_of: np.ndarray, n_nodes: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """`(weight (n_nodes,), sums (n_nodes, k))` of the samples of each node of
+    `leaf_of`: class weights, or weighted (centred) targets."""
+    w = problem.weight
+    weights = grouped_sums(leaf_of, w, n_nodes)
+    if problem.task == "classification":
+        C = len(problem.classes)
+        sums = grouped_sums(leaf_of * C + problem.y, w, n_nodes * C).reshape(n_nodes, C)
+    else:
+        sums = np.stack([grouped_sums(leaf_of, w * problem.y[:, k], n_nodes)
+                         for k in range(problem.y.shape[1])], axis=1)
+    return weights, sums
+
+
 def tree_objective(tree: Tree, problem: Problem) -> float:
-    """Weighted training loss of `tree`, recomputed exactly (float64, two-pass means)."""
+    """Weighted training loss of `tree`, recomputed exactly (float64, two-pass means,
+    sums term by term in sample order as `fill_values`')."""
     return _objective_of_leaves(problem, tree, tree.apply(problem.X))
-
-
-# A full depth-2 tree in preorder: root, left child, its leaves, right child, its leaves.
-_FULL_LEFT = np.array([1, 2, LEAF, LEAF, 5, LEAF, LEAF], dtype=np.int32)
-_FULL_RIGHT = np.array([4, 3, LEAF, LEAF, 6, LEAF, LEAF], dtype=np.int32)
-
-
-def depth2_trees_alone(problems: list[Problem], splits: list) -> list[tuple[Tree, float]]:
-    """`(build_tree(pr, spec), tree_objective(...))` of depth-2 split specs
-    `(f0, t0, (f1, t1, None, None), (f2, t2, None, None))`, with fewer steps per problem.
-
-    A tree whose every split sends samples both ways (the usual case) is the full
-    7-node tree: its leaves come from three comparisons, and its values, weights and
-    objective from `fill_values`' and `tree_objective`'s numpy calls on the same arrays,
-    so the same numbers. Others (a split collapses) take `build_tree`.
-    """
-    out = []
-    for problem, spec in zip(problems, splits):
-        (f0, t0, left_spec, right_spec) = spec
-        X = problem.X
-        left = X[:, f0] <= t0
-        if left_spec is None or right_spec is None or left_spec[2] is not None \
-                or right_spec[2] is not None or left_spec[3] is not None \
-                or right_spec[3] is not None:
-            out.append(_built(problem, spec))
-            continue
-        (f1, t1, _, _), (f2, t2, _, _) = left_spec, right_spec
-        first = X[:, f1] <= t1
-        second = X[:, f2] <= t2
-        n_left = int(np.count_nonzero(left))
-        ll = int(np.count_nonzero(first & left))
-        rl = int(np.count_nonzero(second & ~left))
-        if not (0 < n_left < len(left) and 0 < ll < n_left and 0 < rl < len(left) - n_left):
-            out.append(_built(problem, spec))
-            continue
-        leaf_of = np.where(left, np.where(first, 2, 3), np.where(second, 5, 6))
-        member = np.zeros((7, problem.n), dtype=bool)  # as `fill_values`
-        member[leaf_of, np.arange(problem.n)] = True
-        member[1] = member[2] | member[3]
-        member[4] = member[5] | member[6]
-        member[0] = True
-        value, weights = _node_values(problem, member)
-        tree = Tree(children_left=_FULL_LEFT.copy(), children_right=_FULL_RIGHT.copy(),
-                    feature=np.array([f0, f1, LEAF, LEAF, f2, LEAF, LEAF], dtype=np.int32),
-                    threshold=np.array([t0, t1, np.nan, np.nan, t2, np.nan, np.nan]),
-                    value=value, weighted_n_node_samples=weights, task=problem.task)
-        out.append((tree, _objective_of_leaves(problem, tree, leaf_of)))
-    return out
-
-
-def _built(problem: Problem, spec) -> tuple[Tree, float]:
-    tree = build_tree(problem, spec)
-    return tree, tree_objective(tree, problem)
 
 
 def _objective_of_leaves(problem: Problem, tree: Tree, leaf_of: np.ndarray) -> float:
@@ -459,14 +416,104 @@ def _objective_of_leaves(problem: Problem, tree: Tree, leaf_of: np.ndarray) -> f
     w = problem.weight
     if problem.task == "classification":
         predicted = np.argmax(tree.value[leaf_of], axis=1)
-        return float(np.sum(w * (predicted != problem.y)))
-    total = 0.0
-    for leaf in np.unique(leaf_of):
-        rows = leaf_of == leaf
-        wl, yl = w[rows], problem.y[rows]
-        mean = (wl[:, None] * yl).sum(axis=0) / wl.sum()
-        total += float(np.sum(wl[:, None] * (yl - mean) ** 2))
-    return total
+        return float(sequential_sum(w * (predicted != problem.y)))
+    weights, sums = _leaf_sums(problem, leaf_of, tree.n_nodes)
+    mean = sums / np.where(weights > 0, weights, 1.0)[:, None]
+    terms = w * np.sum((problem.y - mean[leaf_of]) ** 2, axis=1)
+    return float(sequential_sum(grouped_sums(leaf_of, terms, tree.n_nodes)))
+
+
+# A full depth-2 tree in preorder: root, left child, its leaves, right child, its leaves.
+_FULL_LEFT = np.array([1, 2, LEAF, LEAF, 5, LEAF, LEAF], dtype=np.int32)
+_FULL_RIGHT = np.array([4, 3, LEAF, LEAF, 6, LEAF, LEAF], dtype=np.int32)
+
+
+def depth2_trees_reweighted(problems: list[Problem], splits: list
+                            ) -> list[tuple[Tree, float]]:
+    """`(build_tree(problems[q], spec), tree_objective(...))` of depth-2 split specs
+    `(f0, t0, (f1, t1, None, None), (f2, t2, None, None))` of problems that share `X`
+    and keep their zero-weight rows (`data.reweighted_samples`), with float weights,
+    vectorised over the problems.
+
+    A tree whose every split sends positive weight both ways (the usual case) is the
+    full 7-node tree: its leaves come from three comparisons per sample, its node sums
+    from one `np.bincount` over all problems, which adds each problem's terms in sample
+    order as `fill_values` and `tree_objective` do for one (zero-weight rows add exact
+    zeros): the same numbers. Others (a split collapses) take `build_tree`.
+    """
+    out: list = [None] * len(problems)
+
+    def fill(c0: int) -> None:
+        q = np.arange(c0, min(len(problems), c0 + TREE_CHUNK))
+        for i, built in zip(q, _depth2_chunk([problems[i] for i in q],
+                                             [splits[i] for i in q])):
+            out[i] = built if built is not None else _built(problems[i], splits[i])
+
+    run_all(fill, range(0, len(problems), TREE_CHUNK))
+    return out
+
+
+def _depth2_chunk(problems: list[Problem], splits: list) -> list:
+    """`depth2_trees_reweighted` of a few problems: `(tree, objective)`, or None where
+    the tree is not the full one."""
+    Q, X, first = len(problems), problems[0].X, problems[0]
+    plain = [spec is not None and spec[2] is not None and spec[3] is not None
+             and spec[2][2:] == (None, None) and spec[3][2:] == (None, None)
+             for spec in splits]
+    f0, t0, f1, t1, f2, t2 = (np.array(column) for column in zip(*[
+        (s[0], s[1], s[2][0], s[2][1], s[3][0], s[3][1]) if ok else (0, 0.0, 0, 0.0, 0, 0.0)
+        for s, ok in zip(splits, plain)]))
+    W = np.stack([pr.weight for pr in problems])  # (Q, n)
+    positive = W > 0
+    left = X[:, f0].T <= t0[:, None]  # (Q, n), as `build_tree` compares
+    first_child = X[:, f1].T <= t1[:, None]
+    second_child = X[:, f2].T <= t2[:, None]
+    count = positive.sum(axis=1)
+    n_left = np.count_nonzero(left & positive, axis=1)
+    ll = np.count_nonzero(first_child & left & positive, axis=1)
+    rl = np.count_nonzero(second_child & ~left & positive, axis=1)
+    full = (np.array(plain) & (0 < n_left) & (n_left < count) & (0 < ll) & (ll < n_left)
+            & (0 < rl) & (rl < count - n_left))
+    leaf_of = np.where(left, np.where(first_child, 2, 3), np.where(second_child, 5, 6))
+    node = (np.arange(Q)[:, None] * 7 + leaf_of).reshape(-1)
+    weights = grouped_sums(node, W, Q * 7).reshape(Q, 7)
+    if first.task == "classification":
+        C = len(first.classes)
+        sums = grouped_sums(node * C + np.tile(first.y, Q), W, Q * 7 * C).reshape(Q, 7, C)
+    else:
+        Y = np.stack([pr.y for pr in problems])  # (Q, n, m)
+        sums = np.stack([grouped_sums(node, W * Y[..., k], Q * 7).reshape(Q, 7)
+                         for k in range(Y.shape[2])], axis=2)
+    for parent, (a, b) in ((4, (5, 6)), (1, (2, 3)), (0, (1, 4))):  # as `_node_values`
+        weights[:, parent] = weights[:, a] + weights[:, b]
+        sums[:, parent] = sums[:, a] + sums[:, b]
+    lanes = np.arange(Q)[:, None]
+    if first.task == "classification":
+        value = sums
+        predicted = np.argmax(sums[lanes, leaf_of], axis=2)
+        objective = sequential_sum(W * (predicted != first.y[None]), axis=1)
+    else:
+        mean = sums / np.where(weights > 0, weights, 1.0)[..., None]
+        terms = W * np.sum((Y - mean[lanes, leaf_of]) ** 2, axis=2)
+        objective = sequential_sum(grouped_sums(node, terms, Q * 7).reshape(Q, 7), axis=1)
+        value = mean + np.stack([pr.y_offset for pr in problems])[:, None]
+    out: list = []
+    for i in range(Q):
+        if not full[i]:
+            out.append(None)
+            continue
+        tree = Tree(children_left=_FULL_LEFT.copy(), children_right=_FULL_RIGHT.copy(),
+                    feature=np.array([f0[i], f1[i], LEAF, LEAF, f2[i], LEAF, LEAF],
+                                     dtype=np.int32),
+                    threshold=np.array([t0[i], t1[i], np.nan, np.nan, t2[i], np.nan, np.nan]),
+                    value=value[i], weighted_n_node_samples=weights[i], task=first.task)
+        out.append((tree, float(objective[i])))
+    return out
+
+
+def _built(problem: Problem, spec) -> tuple[Tree, float]:
+    tree = build_tree(problem, spec)
+    return tree, tree_objective(tree, problem)
 
 
 TREE_CHUNK = 128  # problems per block of `depth2_trees_shared`

@@ -48,11 +48,9 @@ from qbnb_jax._problem.data import (
     reweighted_samples,
 )
 from qbnb_jax._problem.host import (
-    build_tree,
     depth2_splits_shared,
-    depth2_trees_alone,
+    depth2_trees_reweighted,
     depth2_trees_shared,
-    tree_objective,
 )
 from qbnb_jax._problem.leaf_limits import leaf_limits
 from qbnb_jax._search.deep import DeepSearch
@@ -60,7 +58,7 @@ from qbnb_jax._search.deep_batch import solve_deep_lockstep
 from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.search import Search
 from qbnb_jax._search.solve import SolveResult, _check_options, _make_result
-from qbnb_jax._search.state import SearchOptions, absolute_tolerance
+from qbnb_jax._search.state import SearchOptions
 
 
 def solve_batch(
@@ -158,13 +156,13 @@ def _solve_batch(X, y, sample_weights, task: str, depth: int, options: SearchOpt
 def _solve_floats(base: Problem, W: np.ndarray, targets: np.ndarray | None, depth: int,
                   options: SearchOptions) -> list[SolveResult]:
     """Problems `base` under each row of float weights `W`, on one shared layout."""
-    problems, alone, tables = reweighted_samples(base, W, targets)
+    problems, tables = reweighted_samples(base, W, targets)
     own = None
     if depth == 2 and not (REGRESSION_GRID and targets is not None
                            and len(W) >= GRID_MIN_PROBLEMS):
-        own = (*positive_layouts(base, W), alone)
+        own = (*positive_layouts(base, W), _positive_rows(problems, W))
     return _solve_problems(_Batch([base], problems, [0] * len(problems), tables=tables,
-                                  alone=alone, own=own), depth, options)
+                                  float_sums=True, own=own), depth, options)
 
 
 def _float_sums_shareable(base: Problem) -> bool:
@@ -374,9 +372,8 @@ class _Batch:
     layout_of: list[int]  # (n_problems,) the layout of each problem
     tables: ThresholdTables | None = None  # stacked tables of a shared layout
     stat_tables: dict | None = None  # the kernels' stat tables, when precomputed
-    # float sums on a shared layout: each problem's positive samples alone
-    # (`reweighted_samples`), for its tree, objective and tolerance
-    alone: list[Problem] | None = None
+    # float sums on a shared layout (`reweighted_samples`), zero-weight rows kept
+    float_sums: bool = False
     # sweeps on each problem's positive samples alone: their layouts, the table `seen`
     # that turns the shared layout's positions into theirs (`positive_layouts`), and
     # the problems with those samples' stats
@@ -419,23 +416,8 @@ def _solve_problems(batch: _Batch, depth: int, options: SearchOptions) -> list[S
     out = []
     for i, (search, q, tree) in enumerate(results):
         search.runner = runner  # every result reports the batch's kernel counters
-        if tree is None and batch.alone is not None:
-            tree = _built_alone(search, q, batch.alone[i])
         out.append(_make_result(search, depth, q, tree))
     return out
-
-
-def _built_alone(search: Search, q: int, alone: Problem) -> tuple:
-    """Problem q's tree and objective, from its positive samples alone: node values
-    and the objective are float sums over whole sets, which zero-weight rows would
-    group differently than solve() does."""
-    splits = search.deferred_splits(q)
-    return _tree_alone(alone, splits() if callable(splits) else splits)
-
-
-def _tree_alone(alone: Problem, splits) -> tuple:
-    tree = build_tree(alone, splits)
-    return tree, tree_objective(tree, alone)
 
 
 def _solve_shallow(batch: _Batch, depth: int, options: SearchOptions, runner: KernelRunner
@@ -457,10 +439,10 @@ def _solve_shallow(batch: _Batch, depth: int, options: SearchOptions, runner: Ke
                      runner_rows=np.arange(len(problems)))
         specs = search.incumbents.depth2_spec
         if (specs[:, 0] >= 0).all() and len(problems) > 1:  # depth-2 trees, built at once
-            if batch.alone is not None:  # the cuts at once; float sums of each tree alone
+            if batch.float_sums:  # the cuts, then the trees' float sums, at once
                 splits = depth2_splits_shared(problems, batch.tables.cut_pos,
                                               batch.tables.cut_valid, specs)
-                built = depth2_trees_alone(batch.alone, splits)
+                built = depth2_trees_reweighted(problems, splits)
                 return [(search, q, tree) for q, tree in enumerate(built)]
             if problems[0].loss_kind == "count":
                 built = depth2_trees_shared(problems, batch.tables.cut_pos,
@@ -479,12 +461,10 @@ def _solve_shallow(batch: _Batch, depth: int, options: SearchOptions, runner: Ke
 
 
 def _search_of(batch: _Batch, options: SearchOptions, runner: KernelRunner) -> Search:
-    """One search of all the batch's problems; float sums on a shared layout take each
-    problem's pruning tolerance from its positive samples alone, as solve() does."""
-    search = Search(batch.problems, options, runner=runner)
-    if batch.alone is not None:
-        search.incumbents.atol[:] = [absolute_tolerance(pr) for pr in batch.alone]
-    return search
+    """One search of all the batch's problems. Float sums on a shared layout keep
+    zero-weight rows, whose terms add exact zeros to the tolerance's sequential sums
+    (`absolute_tolerance`): each problem gets its solve's tolerance."""
+    return Search(batch.problems, options, runner=runner)
 
 
 class _OwnPositions:

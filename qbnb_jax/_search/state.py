@@ -17,6 +17,7 @@ import numpy as np
 
 from qbnb_jax._device.runner import pow2_at_least
 from qbnb_jax._problem.data import Problem
+from qbnb_jax._problem.sums import sequential_sum
 
 # Regression and fractional weights: prune only when LB > U + RTOL*|U| + ATOL*scale.
 RTOL = 1e-9
@@ -137,10 +138,13 @@ class Incumbents:
 
 
 def absolute_tolerance(problem: Problem) -> float:
-    """ATOL scaled by the problem's total weight (squared error: its root's error)."""
-    scale = float(problem.weight.sum())
+    """ATOL scaled by the problem's total weight (squared error: its root's error).
+
+    Summed term by term (`sums.sequential_sum`): a problem that keeps zero-weight rows
+    (`solve_batch`) gets its solve's tolerance."""
+    scale = float(sequential_sum(problem.weight))
     if problem.loss_kind == "sse":
-        scale = float(problem.stats[:, -1].sum())  # total squared error of the root
+        scale = float(sequential_sum(problem.stats[:, -1]))  # the root's squared error
     return ATOL * scale if scale > 0 else np.finfo(float).tiny  # scale-invariant
 
 
