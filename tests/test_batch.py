@@ -276,6 +276,32 @@ def test_bad_weights_name_the_problem(weights, message):
         qbnb_jax.solve_batch(X, y, weights, task="classification")
 
 
+def test_regression_weightings_in_scaled_units_and_refused_as_solve():
+    """Regression weightings set up together (`scaling.sse_setup`): rows whose sums
+    need scaled units (tiny or huge weights, large targets) give solve()'s trees bit
+    for bit, and the first weighting float64 cannot hold raises solve()'s error."""
+    rng = np.random.default_rng(7)
+    n = 60
+    X = np.round(rng.normal(size=(n, 2)), 1)
+    y = 1e100 * (np.where(X[:, 0] > 0, 2.0, 0.0) + rng.normal(size=n))
+    W = rng.multinomial(n, np.full(n, 1 / n), size=4).astype(float)
+    W[1] *= 2.0**-1000
+    W[2] *= 2.0**290
+    for depth in (1, 2):
+        for w, res in zip(W, qbnb_jax.solve_batch(X, y, W, task="regression", depth=depth)):
+            assert_same(res, qbnb_jax.solve(X, y, task="regression", depth=depth,
+                                            sample_weight=w), "regression", f"depth={depth}")
+    bad = W.copy()
+    bad[2, :4] = 1e-150 * (bad[2, :4] > 0) + 1e-150  # lost in the rounding of the sum
+    bad[3] = 1e-320  # too small
+    with pytest.raises(ValueError) as alone:
+        qbnb_jax.solve(X, y, task="regression", sample_weight=bad[2])
+    with pytest.raises(ValueError) as batched:
+        qbnb_jax.solve_batch(X, y, bad, task="regression")
+    assert str(batched.value) == str(alone.value)
+    assert str(batched.value).startswith("sample_weight spans too many orders of magnitude")
+
+
 def test_solve_many_bad_input():
     with pytest.raises(ValueError, match="empty"):
         qbnb_jax.solve_many([], task="classification")
