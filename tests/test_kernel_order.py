@@ -146,8 +146,8 @@ def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, request, kind, b
     f0, f, _, _, cuts = random_rows(rng, problem, 16, 4)
     cuts = np.clip(cuts, 0, problem.n)
     rows = np.zeros_like(f0)
-    if kind.startswith("sse"):  # the parallel plan's data keeps regression's `full_scan`
-        monkeypatch.setenv("QBNB_JAX_PLAN", "parallel")
+    if kind.startswith("sse") or kind == "weighted":  # the walk's data has no `full_scan`,
+        monkeypatch.setenv("QBNB_JAX_PLAN", "parallel")  # the parallel plan's keeps it
     with jax.enable_x64(True):
         data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
         per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))
@@ -173,10 +173,12 @@ def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, request, kind, b
 def test_few_classes_past_the_lane_sweeps_walk_channels_major(monkeypatch, request, kind):
     """From BLOCKED_FROM on (here 64 samples) two to seven classes, counts or weights,
     take the channels-major walk in blocks (here of 64 positions) with the per-row
-    sweep's numbers; below it they keep their own sweeps."""
+    sweep's numbers; below it counts and two-class weights keep their own sweeps
+    (float weights of more classes walk channels-major at any n)."""
     problem = ordered_problem(7, 150, 3, kind)
     with jax.enable_x64(True):
-        assert not _kernels.sweeps_channels_major(SweepData.from_problem(problem))
+        walks = _kernels.sweeps_channels_major(SweepData.from_problem(problem))
+    assert walks == (kind == "weighted")
     monkeypatch.setattr(_kernels, "BLOCKED_FROM", 64)
     monkeypatch.setattr(_kernels, "WALK_BLOCK", 64)
     jax.clear_caches()

@@ -922,14 +922,16 @@ def sweeps_channels_major(data: SweepData) -> bool:
 
 def _walks_channels_major(plan: str, field_bits: int, binary: bool, loss_kind: str,
                           n_classes: int, length: int) -> bool:
-    """Regression sums and many classes on the sequential plan at any n (the walk
-    gathers a block at a time); from BLOCKED_FROM on, where the lane sweeps and the
-    two-class reductions stop, every other kind too."""
+    """Regression sums, float class weights and many classes on the sequential plan at
+    any n (the walk gathers a block at a time); from BLOCKED_FROM on, where the lane
+    sweeps and the two-class reductions stop, every other kind too. Float weights of
+    a few classes took the vmapped `_full_row` before: the walk took a third to a half
+    of its time (class-balanced weights on bean, page, segment, fault)."""
     if plan != "sequential" or field_bits:
         return False
     if binary:
         return length >= BLOCKED_FROM
-    return (loss_kind == "sse" or n_classes >= CHANNELS_MAJOR_FROM_CLASSES
+    return (loss_kind in ("sse", "weighted") or n_classes >= CHANNELS_MAJOR_FROM_CLASSES
             or length >= BLOCKED_FROM)
 
 
