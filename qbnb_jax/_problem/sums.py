@@ -16,7 +16,10 @@ import numpy as np
 
 def sequential_sum(values: np.ndarray, axis: int = -1) -> np.ndarray:
     """The sum along `axis`, adding one term at a time in order (float64)."""
-    values = np.moveaxis(np.asarray(values, dtype=np.float64), axis, -1)
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim == 1:  # the common case, without the moves below
+        return np.cumsum(values)[-1] if len(values) else np.float64(0.0)
+    values = np.moveaxis(values, axis, -1)
     if values.shape[-1] == 0:
         return np.zeros(values.shape[:-1])
     # cumsum along a contiguous last axis runs term by term; its last entry is the sum

@@ -140,9 +140,13 @@ class Incumbents:
 def absolute_tolerance(problem: Problem) -> float:
     """ATOL scaled by the problem's total weight (squared error: its root's error).
 
-    Summed term by term (`sums.sequential_sum`): a problem that keeps zero-weight rows
-    (`solve_batch`) gets its solve's tolerance."""
-    scale = float(sequential_sum(problem.weight))
+    Float sums term by term (`sums.sequential_sum`): a problem that keeps zero-weight
+    rows (`solve_batch`) gets its solve's tolerance. Integer counts are exact in any
+    order."""
+    if problem.loss_kind == "count":
+        scale = float(problem.weight.sum())
+    else:
+        scale = float(sequential_sum(problem.weight))
     if problem.loss_kind == "sse":
         scale = float(sequential_sum(problem.stats[:, -1]))  # the root's squared error
     return ATOL * scale if scale > 0 else np.finfo(float).tiny  # scale-invariant
