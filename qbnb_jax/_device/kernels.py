@@ -924,9 +924,9 @@ def _walks_channels_major(plan: str, field_bits: int, binary: bool, loss_kind: s
                           n_classes: int, length: int) -> bool:
     """Regression sums, float class weights and many classes on the sequential plan at
     any n (the walk gathers a block at a time); from BLOCKED_FROM on, where the lane
-    sweeps and the two-class reductions stop, every other kind too. Float weights of
-    a few classes took the vmapped `_full_row` before: the walk took a third to a half
-    of its time (class-balanced weights on bean, page, segment, fault)."""
+    sweeps and the two-class reductions stop, every other kind too. For float weights
+    of a few classes the walk takes a third to a half of the vmapped `_full_row`'s
+    time (measured with class-balanced weights on bean, page, segment and fault)."""
     if plan != "sequential" or field_bits:
         return False
     if binary:

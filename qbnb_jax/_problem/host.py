@@ -516,7 +516,7 @@ def _built(problem: Problem, spec) -> tuple[Tree, float]:
     return tree, tree_objective(tree, problem)
 
 
-TREE_CHUNK = 128  # problems per block of `depth2_trees_shared`
+TREE_CHUNK = 128  # problems per block of the vectorised depth-2 trees and cuts
 
 
 def depth2_cuts_shared(problems: list[Problem], cut_pos: np.ndarray, cut_valid: np.ndarray,

@@ -118,11 +118,7 @@ def _setup_block(y: np.ndarray, W: np.ndarray, b0: int, out: SseSetup) -> None:
     stats[..., 0] = w_s
     np.multiply(w_s[..., None], y_s, out=stats[..., 1:-1])
     stats[..., -1] = w_s * np.sum(y_s**2, axis=-1)
-    # `sample_slack`: each sample's largest squared distance to a corner of the box of
-    # its weighting's positive samples' targets
-    lo = np.where(positive[..., None], y_s, np.inf).min(axis=1)[:, None]
-    hi = np.where(positive[..., None], y_s, -np.inf).max(axis=1)[:, None]
-    out.slack[rows] = w_s * np.maximum((y_s - lo) ** 2, (y_s - hi) ** 2).sum(axis=-1)
+    out.slack[rows] = _box_slack(y_s, w_s, positive)
     out.offset[rows] = offset
     out.centred[rows] = centred
     out.weight_exponent[rows] = a
@@ -148,16 +144,22 @@ def _sums_safe(y, w, positive, deviation, total, w_min, count) -> np.ndarray:
     squares = np.sum(y**2, axis=-1)  # (B, n)
     root = sequential_sum(w * squares, axis=-1)
     s1_squared = (sequential_sum(np.abs(w[..., None] * y), axis=1) ** 2).max(axis=-1)
-    lo = np.where(positive[..., None], y, np.inf).min(axis=1)[:, None]
-    hi = np.where(positive[..., None], y, -np.inf).max(axis=1)[:, None]
-    slack = sequential_sum(w * np.maximum((y - lo) ** 2, (y - hi) ** 2).sum(axis=-1),
-                           axis=-1)
+    slack = sequential_sum(_box_slack(y, w, positive), axis=-1)
     leaf_error = np.minimum(2.0**-1074 / w_min, 2.0**-537 * deviation)
     gain_cross = total**4 * np.maximum(squares.max(axis=-1), 1.0)
     gain_error = 2.0**-1070 * y.shape[-1] / w_min**3
     largest = np.maximum.reduce([root, s1_squared, slack, gain_cross])
     return (np.isfinite(largest) & (largest <= SAFE_MAX) & (root >= count * SAFE_MIN)
             & (root >= UNDERFLOW_MARGIN * np.maximum(leaf_error, gain_error)))
+
+
+def _box_slack(y: np.ndarray, w: np.ndarray, positive: np.ndarray) -> np.ndarray:
+    """`(B, n)`: `data.sample_slack` of targets `(B, n, m)` and weights `(B, n)`, each
+    sample's weight times its largest squared distance to a corner of the box of its
+    weighting's positive samples' targets (zero-weight rows: 0)."""
+    lo = np.where(positive[..., None], y, np.inf).min(axis=1)[:, None]
+    hi = np.where(positive[..., None], y, -np.inf).max(axis=1)[:, None]
+    return w * np.maximum((y - lo) ** 2, (y - hi) ** 2).sum(axis=-1)
 
 
 def _unreportable(deviation, log_total, log_root, count) -> np.ndarray:
