@@ -254,6 +254,15 @@ class KernelRunner:
         child._compact_problems = problems
         return child
 
+    def for_data(self, problem: Problem, data: SweepData) -> KernelRunner:
+        """A runner for the problems of `data` (built by the caller), sharing this
+        runner's counters and compiled kernels."""
+        child = self.for_problem(0, problem)
+        child.data = data
+        child._data_key = self._key_of(data)
+        child._problem_lengths = child._compact_problems = child._limit_data = None
+        return child
+
     def for_problem(self, index: int, problem: Problem) -> KernelRunner:
         """A view of this runner whose sweeps default to problem `index` of its data."""
         child = KernelRunner.__new__(KernelRunner)

@@ -54,7 +54,7 @@ from qbnb_jax._problem.host import (
 )
 from qbnb_jax._problem.leaf_limits import leaf_limits
 from qbnb_jax._search.deep import DeepSearch
-from qbnb_jax._search.deep_batch import solve_deep_lockstep
+from qbnb_jax._search.deep_batch import sides_on_layout_serve, solve_deep_lockstep
 from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.search import Search
 from qbnb_jax._search.solve import SolveResult, _check_options, _make_result
@@ -408,7 +408,10 @@ def _solve_problems(batch: _Batch, depth: int, options: SearchOptions) -> list[S
                                    runner=runner.for_problem(i, pr))
                         for i, pr in enumerate(device_view)]
             if depth == 3:
-                solve_deep_lockstep(searches, runner)
+                # integer counts reweight one layout: their sides may too
+                shared = (len(layouts) == 1 and problems[0].loss_kind == "count"
+                          and sides_on_layout_serve(layouts[0]))
+                solve_deep_lockstep(searches, runner, layouts[0] if shared else None)
             else:
                 for search in searches:
                     search.solve_deep()
