@@ -73,19 +73,19 @@ def test_depth3_batch_many_small_side_batches(monkeypatch):
     check_batch(X, y, folds(rng, 70, 5), "classification", "small batches")
 
 
-@pytest.mark.parametrize("classes, weights, per_batch", [
-    (2, "folds", None), (2, "bootstrap", 3), (3, "folds", None), (5, "bootstrap", 4)])
-def test_depth3_sides_on_the_shared_layout(classes, weights, per_batch, monkeypatch):
-    """Sides solved as weightings of the batch's shared layout (`_solve_on_layout`),
-    in the grid's lanes, in one or several batches a round: the trees, objectives and
-    bounds of one-by-one solves, whose sides are compacted."""
+@pytest.mark.parametrize("p, weights, per_batch", [
+    (3, "folds", None), (3, "bootstrap", 3), (5, "folds", 4)])
+def test_depth3_sides_on_the_shared_layout(p, weights, per_batch, monkeypatch):
+    """Two-class sides solved as weightings of the batch's shared layout
+    (`_solve_on_layout`), in the grid's lanes, in one or several batches a round: the
+    trees, objectives and bounds of one-by-one solves, whose sides are compacted."""
     from qbnb_jax._device import runner as runner_module
     from qbnb_jax._device.runner import KernelRunner
 
     monkeypatch.setattr(deep_batch, "LAYOUT_SIDES_FROM", 2)
     monkeypatch.setattr(runner_module, "GRID_MIN_PROBLEMS", 2)
-    rng = np.random.default_rng(classes + 3 * len(weights))
-    n, p = 60, 3
+    rng = np.random.default_rng(p + 3 * len(weights))
+    n = 60
     if per_batch is not None:  # tables of `per_batch` sides fill a batch
         monkeypatch.setattr(deep_batch, "LAYOUT_SIDES_BYTES",
                             per_batch * deep_batch.LAYOUT_BYTES_PER_ENTRY * p * (n + 1))
@@ -96,9 +96,9 @@ def test_depth3_sides_on_the_shared_layout(classes, weights, per_batch, monkeypa
     real_grid = KernelRunner._run_grid
     monkeypatch.setattr(KernelRunner, "_run_grid",
                         lambda self, *a: grids.append(1) or real_grid(self, *a))
-    X, y = make_data(rng, "classification", classes, n, p)
+    X, y = make_data(rng, "classification", 2, n, p)
     W = (folds if weights == "folds" else bootstrap)(rng, n, 5)
-    check_batch(X, y, W, "classification", f"{classes} {weights}", brute=(0,))
+    check_batch(X, y, W, "classification", f"p={p} {weights}", brute=(0,))
     assert batches and grids, "sides were solved on the shared layout, in the grid's lanes"
     if per_batch is not None:
         assert max(batches) <= per_batch < sum(batches)

@@ -21,7 +21,7 @@ import functools
 
 import numpy as np
 
-from qbnb_jax._device.kernels import GRID_MAX_CLASSES, SweepData, execution_plan, padded_length
+from qbnb_jax._device.kernels import SweepData, padded_length
 from qbnb_jax._device.runner import GRID_MIN_PROBLEMS, KernelRunner
 from qbnb_jax._problem.data import (
     CompactSides,
@@ -52,14 +52,14 @@ LENGTH_STEPS = 8
 # of per side, on padded arrays small enough to stay in cache (sides of a batch are
 # sorted by size, so a chunk pads little).
 COMPACT_CHUNK = 16
-# Sides of a `solve_batch` of integer counts, whose problems reweight one shared layout,
+# Sides of a `solve_batch` of two-class counts, whose problems reweight one shared layout,
 # are weightings of it too (`_solve_on_layout`): its grid lanes take a side each, at a
 # fraction of a row sweep's cost per sample, though a side sweeps all the layout's
 # samples; and no side is compacted. Measured on 200 folds of `bidding` (n = 1,000):
-# 3.0 s against 4.1 s compacted; of `page`, 30 s against 39 s. Rounds of fewer sides than
-# the grid takes problems are compacted. A batch of sides holds a few tables of
-# (side, feature, position) entries: LAYOUT_BYTES_PER_ENTRY bytes each (measured peak
-# memory), at most LAYOUT_SIDES_BYTES a batch.
+# 3.0 s against 4.1 s compacted; 10 folds of all of `occupancy`, 2.3 s against 3.0 s.
+# Rounds of fewer sides than the grid takes problems are compacted. A batch of sides
+# holds a few tables of (side, feature, position) entries: LAYOUT_BYTES_PER_ENTRY bytes
+# each (measured peak memory), at most LAYOUT_SIDES_BYTES a batch.
 LAYOUT_SIDES_FROM = GRID_MIN_PROBLEMS
 LAYOUT_SIDES_BYTES = 1 << 28
 LAYOUT_BYTES_PER_ENTRY = 32
@@ -155,12 +155,11 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
 
 def sides_on_layout_serve(layout: Problem) -> bool:
     """Whether the sides of problems that reweight `layout` (`Problem.reweighted`:
-    integer class weights) can be solved as weightings of it (`_solve_on_layout`):
-    where its counts go to `sweep_grid`'s lanes, two classes, or up to
-    GRID_MAX_CLASSES on the sequential plan."""
-    return (layout.loss_kind == "count" and layout.missing is None
-            and (layout.n_channels == 2 or (layout.n_channels <= GRID_MAX_CLASSES
-                                            and execution_plan() == "sequential")))
+    integer class weights) are solved as weightings of it (`_solve_on_layout`): two
+    classes, whose counts `sweep_grid` takes as signed integers. (Counts of up to 8
+    classes go to its lanes too, but their sides gained on 200 folds of `page`, lost
+    on 10 folds of `segment` and took more memory: they are compacted.)"""
+    return layout.loss_kind == "count" and layout.n_channels == 2 and layout.missing is None
 
 
 def _solve_on_layout(searches: list[DeepSearch], owners: list[int], keys: list[tuple],
