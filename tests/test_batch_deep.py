@@ -73,15 +73,18 @@ def test_depth3_batch_many_small_side_batches(monkeypatch):
     check_batch(X, y, folds(rng, 70, 5), "classification", "small batches")
 
 
-@pytest.mark.parametrize("p, weights, per_batch", [
-    (3, "folds", None), (3, "bootstrap", 3), (5, "folds", 4)])
-def test_depth3_sides_on_the_shared_layout(p, weights, per_batch, monkeypatch):
+@pytest.mark.parametrize("p, weights, per_batch, plan", [
+    (3, "folds", None, "sequential"), (3, "bootstrap", 3, "sequential"),
+    (5, "folds", 4, "sequential"), (3, "folds", None, "parallel")])
+def test_depth3_sides_on_the_shared_layout(p, weights, per_batch, plan, monkeypatch):
     """Two-class sides solved as weightings of the batch's shared layout
-    (`_solve_on_layout`), in the grid's lanes, in one or several batches a round: the
-    trees, objectives and bounds of one-by-one solves, whose sides are compacted."""
+    (`_solve_on_layout`), in the grid's lanes, in one or several batches a round, on
+    either execution plan: the trees, objectives and bounds of one-by-one solves,
+    whose sides are compacted."""
     from qbnb_jax._device import runner as runner_module
     from qbnb_jax._device.runner import KernelRunner
 
+    monkeypatch.setenv("QBNB_JAX_PLAN", plan)
     monkeypatch.setattr(deep_batch, "LAYOUT_SIDES_FROM", 2)
     monkeypatch.setattr(runner_module, "GRID_MIN_PROBLEMS", 2)
     rng = np.random.default_rng(p + 3 * len(weights))

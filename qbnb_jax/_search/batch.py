@@ -88,8 +88,9 @@ def solve_batch(
     or more run as two halves on two threads (without a `progress` callback). At
     depth 3 the problems' searches run in lockstep, the sides of their root cuts in
     shared depth-2 searches (two-class sides as weightings of the shared layout, in
-    the kernels' lanes). None of this changes any result. The first call sets glibc's malloc thresholds for the process
-    (`memory.tune_malloc`; `QBNB_JAX_TUNE_MALLOC=0`: not).
+    the kernels' lanes). None of this changes any result. The first call sets
+    glibc's malloc thresholds for the process (`memory.tune_malloc`;
+    `QBNB_JAX_TUNE_MALLOC=0`: not).
 
     **Arguments:**
 
