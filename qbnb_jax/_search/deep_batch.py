@@ -171,8 +171,9 @@ def _solve_on_layout(searches: list[DeepSearch], owners: list[int], keys: list[t
 
     A side is its problem's weights with zeros outside it: `Problem.reweighted`
     numbers its thresholds as the compacted side's and its search takes the same
-    path (docs/design.md, "Depth-3 batches"), so its outcome and deferred spec are
-    the compacted side's, built on that side when asked for (`lasting_splits`).
+    path (docs/design.md, "Batching", sides as weightings), so its outcome and
+    deferred spec are the compacted side's, built on that side when asked for
+    (`lasting_splits`).
     """
     size = LAYOUT_SIDES_BYTES // (LAYOUT_BYTES_PER_ENTRY * layout.p * (layout.n + 1))
     if len(keys) < LAYOUT_SIDES_FROM or size < LAYOUT_SIDES_FROM:
@@ -202,15 +203,12 @@ def _solve_on_layout(searches: list[DeepSearch], owners: list[int], keys: list[t
 
 def depth2_on_layout(layout: Problem, weights: np.ndarray, cutoffs: list[float],
                      options: SearchOptions, runner: KernelRunner) -> list[tuple]:
-    """`Search.outcome` of depth-2 searches of `layout` under each row of integer
-    `weights`, with these cutoffs, in one frontier (as `solve_batch` sets up a
-    depth-2 batch: the kernels' stat tables filled on the way for two classes)."""
-    stat_tables = (SweepData.shared_stat_buffers(layout, weights) if layout.n_channels == 2
-                   else None)
-    problems, tables = layout.reweighted(
-        weights, signed_out=None if stat_tables is None else stat_tables["sorted_scan"],
-        mass_out=None if stat_tables is None else stat_tables["root_cum"],
-        class_stumps=layout.n_channels > 2)
+    """`Search.outcome` of depth-2 searches of two-class `layout` under each row of
+    integer `weights`, with these cutoffs, in one frontier (set up as `solve_batch`
+    sets up a depth-2 batch: the kernels' stat tables filled on the way)."""
+    stat_tables = SweepData.shared_stat_buffers(layout, weights)
+    problems, tables = layout.reweighted(weights, signed_out=stat_tables["sorted_scan"],
+                                         mass_out=stat_tables["root_cum"])
     data = SweepData.from_problems([layout], problems, [0] * len(problems),
                                    stat_tables=stat_tables)
     search = Search(problems, options, runner=runner.for_data(problems[0], data),
