@@ -218,6 +218,33 @@ def test_depth3_batch_time_limit_keeps_valid_bounds():
         assert res.lower_bound <= best.objective + 1e-9 <= res.objective + 1e-9
 
 
+@pytest.mark.parametrize("limit", [1e-4, 0.3])
+def test_depth3_sides_past_the_time_limit_keep_valid_bounds(limit, monkeypatch):
+    """Batches of sides (on the shared layout and compacted) not begun by the time
+    limit are not begun: their sides are bounded by 0, and every problem still returns
+    a tree with a bound below its true optimum."""
+    from qbnb_jax._device import runner as runner_module
+
+    monkeypatch.setattr(deep_batch, "LAYOUT_SIDES_FROM", 2)
+    monkeypatch.setattr(runner_module, "GRID_MIN_PROBLEMS", 2)
+    skipped = []
+    real = deep_batch._out_of_time
+    monkeypatch.setattr(deep_batch, "_out_of_time",
+                        lambda *a: real(*a) and not skipped.append(1))
+    rng = np.random.default_rng(8)
+    X, y = make_data(rng, "classification", 2, 150, 4)
+    W = folds(rng, 150, 6)
+    results = qbnb_jax.solve_batch(X, y, W, task="classification", depth=3,
+                                   time_limit=limit)
+    if limit < 0.01:
+        assert skipped, "batches past the limit were skipped"
+    for w, res in zip(W, results):
+        assert res.status in ("time_limit", "optimal")
+        assert 0 <= res.lower_bound <= res.objective
+        best = qbnb_jax.solve(X, y, task="classification", depth=3, sample_weight=w)
+        assert res.lower_bound <= best.objective + 1e-9 <= res.objective + 1e-9
+
+
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_compact_many_equals_compact(task):
     """`compact_many` (sides compacted together, padded) gives `compact`'s arrays."""

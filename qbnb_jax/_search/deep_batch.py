@@ -134,6 +134,8 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
     side_options = searches[0].side_options
 
     def solve(batch: list[int]) -> None:
+        if _out_of_time(searches, owners, keys, batch):
+            return
         chunks = [compact_sides([sources[owners[j]] for j in part],
                                 [searches[owners[j]].side_subset(keys[j])[1] for j in part])
                   for part in (batch[at: at + COMPACT_CHUNK]
@@ -151,6 +153,19 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
 
     # largest first: the last batches taken are short, so both threads end together
     side_threads(solve, lockstep_batches(sizes, searches[0].problem.p)[::-1])
+
+
+def _out_of_time(searches: list[DeepSearch], owners: list[int], keys: list[tuple],
+                 batch: list[int]) -> bool:
+    """Past the time limit, a batch of sides not yet begun is not begun: each side
+    gets the bound 0 (losses are never negative) and no tree. The round then counts as
+    unsolved (`DeepSearch.step_deep`), so no tuple bound comes from these; setting up a
+    batch of hundreds of sides would only run past the limit."""
+    if not searches[0].side_options.out_of_time():
+        return False
+    for j in batch:
+        searches[owners[j]].sides[keys[j]] = (0.0, np.inf, None)
+    return True
 
 
 def sides_on_layout_serve(layout: Problem) -> bool:
@@ -182,6 +197,8 @@ def _solve_on_layout(searches: list[DeepSearch], owners: list[int], keys: list[t
     side_options = searches[0].side_options
 
     def solve(batch: list[int]) -> None:
+        if _out_of_time(searches, owners, keys, batch):
+            return
         weights = np.zeros((len(batch), layout.n))
         for q, j in enumerate(batch):
             problem = searches[owners[j]].problem
