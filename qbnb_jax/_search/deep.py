@@ -221,7 +221,7 @@ class DeepSearch(Search):
         """Solve this problem. Depth 3 runs as a lockstep batch of one search
         (`_search/deep_batch.py`), whose sides are compacted together and batched by
         their own padded length: the same sides, outcomes and tree as batches of its
-        own, with less host work (segment 1.2 -> 0.8 s, query1 1.05 -> 0.92 s). Other
+        own, with less host work (measured on segment and query1). Other
         depths, leaf budgets or limits, split penalties and missing values solve their
         sides in batches of their own (`solve_sides`)."""
         if self.solves_in_lockstep():

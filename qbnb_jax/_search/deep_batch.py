@@ -201,11 +201,7 @@ def _solve_on_layout(searches: list[DeepSearch], owners: list[int], keys: list[t
             return
         weights = np.zeros((len(batch), layout.n))
         for q, j in enumerate(batch):
-            problem = searches[owners[j]].problem
-            f0, k, which = keys[j]
-            side = problem.rank[f0] < k
-            if which != LEFT:
-                side = ~side
+            problem, side = searches[owners[j]].side_subset(keys[j])
             weights[q, side] = problem.weight[side]
         outcomes = depth2_on_layout(layout, weights, [cutoffs[j] for j in batch],
                                     side_options, runner)
