@@ -8,7 +8,7 @@ import qbnb_jax
 from qbnb_jax._device import runner as _runner
 from qbnb_jax._device.kernels import SweepData, sweep_full, sweep_grid
 from qbnb_jax._device.runner import KernelRunner
-from qbnb_jax._problem.data import make_problem
+from qbnb_jax._problem.data import as_targets, make_problem, reweighted_samples
 from qbnb_jax._problem.host import (
     build_tree,
     depth2_trees_shared,
@@ -95,6 +95,39 @@ def test_full_requests_on_the_grid_equal_rows(monkeypatch, features, n_classes):
         assert runner._grid_plan(problem, f0, f, cuts) is not None
         got = runner.full(f0, f, cuts, problem=problem)
         want = sweep_full(data, *(a.astype(np.int32) for a in (problem, f0, f, cuts)))
+    np.testing.assert_array_equal(got[0], np.asarray(want[0]))
+    np.testing.assert_array_equal(got[1], np.asarray(want[1]))
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_root_feature_groups_take_plans_of_their_own(monkeypatch, task):
+    """Late-iteration requests: root feature 0 with four tuples per problem, feature 1
+    with one, feature 2 for a few problems. They get plans of their own (widths 16, 4
+    and rows), and `full` still returns `sweep_full`'s numbers, bit for bit."""
+    rng, X, y, W, base, problems, _ = shared_batch(3, 50, 4, 64)
+    if task == "regression":
+        y = rng.normal(size=len(y))
+        base = make_problem(X, y, task="regression")
+        problems, _ = reweighted_samples(base, W, as_targets(y, len(y)))
+    with jax.enable_x64(True):
+        data = SweepData.from_problems([base], problems, [0] * len(problems))
+        runner = KernelRunner(problems[0], data)
+        rows = []
+        for q in range(64):
+            for f0, tuples in ((0, 4), (1, 1), (2, 1 if q < 3 else 0)):
+                for _ in range(tuples):
+                    cuts = np.sort(rng.integers(0, 51, 4))
+                    rows.extend((q, f0, f, *cuts) for f in range(4))
+        rows = np.array(rows)
+        problem, f0, f, cuts = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3:]
+        groups = runner._root_feature_groups(problem, f0, f, cuts)
+        assert sorted(np.unique(f0[g]).tolist() for g in groups) == [[0], [1]]
+        seen = []
+        monkeypatch.setattr(runner, "_run_grid", lambda plan, *a: seen.append(
+            plan.lane_cuts.shape[1:3]) or KernelRunner._run_grid(runner, plan, *a))
+        got = runner.full(f0, f, cuts, problem=problem)
+        want = sweep_full(data, *(a.astype(np.int32) for a in (problem, f0, f, cuts)))
+    assert sorted(seen) == [(1, 4), (1, 16)]  # (slots, width) of each plan
     np.testing.assert_array_equal(got[0], np.asarray(want[0]))
     np.testing.assert_array_equal(got[1], np.asarray(want[1]))
 

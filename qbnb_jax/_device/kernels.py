@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -1446,58 +1447,6 @@ def _class_grid(
 # are then the same floats, bit for bit.
 
 
-def _sse_stepwise(xs: Array, keys: Array, valid: Array, lane_cuts: Array
-                  ) -> tuple[Array, Array, tuple, tuple]:
-    """The best prefix and suffix gains `(F, S, K, Q)` of F features' orders, and the
-    prefix and suffix sets' channel sums (`_sse_loss` reads them), one sample per step:
-    `xs` `(n, C, F, Q)`, `keys` `(n, F, S)`, `valid` `(n, F)`."""
-    dtype = xs.dtype
-    n, C, F, Q = xs.shape
-    S, K, _ = lane_cuts.shape
-    zero = jnp.zeros((), dtype)
-
-    def add(left, x, key):  # left: C x (F, S, K, Q); x: (C, F, Q); key: (F, S)
-        inside = key[:, :, None, None] < lane_cuts[None]
-        return tuple(a + jnp.where(inside, x[c][:, None, None, :], zero)
-                     for c, a in enumerate(left))
-
-    empty = tuple(jnp.zeros((F, S, K, Q), dtype) for _ in range(C))
-
-    def first_pass(carry, step):
-        left, total = carry
-        x, key = step
-        return (add(left, x, key), total + x), None
-
-    (pre_scan, whole), _ = jax.lax.scan(
-        first_pass, (empty, jnp.zeros((C, F, Q), dtype)), (xs, keys))
-    suf_scan = tuple(whole[c][:, None, None, :] - pre_scan[c] for c in range(C))
-    low = jnp.asarray(-jnp.inf, dtype)
-
-    def second_pass(carry, step):
-        left, total, best_pre, best_suf = carry
-        x, key, ok = step
-        left = add(left, x, key)
-        total = total + x
-
-        def scored(bests):
-            right = tuple(total[c][:, None, None, :] - left[c] for c in range(C))
-            at = ok[:, None, None, None]
-            return (jnp.maximum(bests[0], jnp.where(at, _sse_gain(left, pre_scan), low)),
-                    jnp.maximum(bests[1], jnp.where(at, _sse_gain(right, suf_scan), low)))
-
-        # Tied values leave most positions invalid (a feature of a few hundred values):
-        # their divisions are skipped, not masked.
-        best_pre, best_suf = jax.lax.cond(jnp.any(ok), scored, lambda bests: bests,
-                                          (best_pre, best_suf))
-        return (left, total, best_pre, best_suf), None
-
-    # position 0, the empty left part, is always valid
-    start = (empty, jnp.zeros((C, F, Q), dtype), _sse_gain(empty, pre_scan),
-             _sse_gain(empty, suf_scan))
-    (_, _, best_pre, best_suf), _ = jax.lax.scan(second_pass, start, (xs, keys, valid))
-    return best_pre, best_suf, pre_scan, suf_scan
-
-
 # Samples per step of a one-feature regression sweep (`_sse_chunked`), unrolled in the
 # step (measured with `python -m qbnb_jax.bench_batch --source concrete`).
 SSE_CHUNK = 4
@@ -1521,24 +1470,32 @@ def _sse_chunks(valid: Array, U: int) -> tuple[Array, Array, Array, Array]:
     return starts, ends - starts, scored, count
 
 
-def _sse_chunked(xs: Array, keys: Array, valid: Array, lane_cuts: Array
-                 ) -> tuple[Array, Array, tuple, tuple]:
-    """`_sse_stepwise` for one feature (`xs` `(n, C, Q)`, `keys` `(n, S)`, `valid`
-    `(n,)`), SSE_CHUNK samples per step: each step reads and writes the lanes' running
-    sums once for several samples, and the second pass steps from one valid position
-    to the next (a chunk ends at each), so most steps score and the invalid positions
-    cost no step of their own. The samples are added one at a time in the same order
-    (a masked-off sample adds an exact zero), so the sums and scores are the same
-    floats."""
+def _sse_chunked(read: Callable[[Array], Array], n: int, keys: Array, valid: Array,
+                 lane_cuts: Array) -> tuple[Array, Array, tuple, tuple]:
+    """The best prefix and suffix gains `(S, K, Q)` of one feature's order, and the
+    prefix and suffix sets' channel sums (`_sse_loss` reads them), SSE_CHUNK samples
+    per step: each step reads and writes the lanes' running sums once for several
+    samples, and the second pass steps from one valid position to the next (a chunk
+    ends at each), so most steps score and the invalid positions cost no step of
+    their own. The samples are added one at a time in the same order (a masked-off
+    sample adds an exact zero), so the sums and scores are the same floats.
+
+    `read(k)`: the lanes' channels `(C, Q)` at sorted position k (`0 <= k < n`), read
+    from the table in place, not from a copy of the feature's block. `keys` `(n, S)`,
+    `valid` `(n,)`."""
     U = SSE_CHUNK
-    dtype = xs.dtype
-    n, C, Q = xs.shape
-    S, K, _ = lane_cuts.shape
+    S, K, Q = lane_cuts.shape
+    dtype = read(jnp.int32(0)).dtype
+    C = read(jnp.int32(0)).shape[0]
     zero = jnp.zeros((), dtype)
-    # zero samples past the end: whole chunks for the first pass, whole windows for
-    # the second
-    xs = jnp.concatenate([xs, jnp.zeros((U + (-n) % U, C, Q), dtype)])
-    keys = jnp.concatenate([keys, jnp.zeros((U + (-n) % U, S), keys.dtype)])
+    m = -(-n // U)
+    # root positions past the end: whole chunks for the first pass, whole windows for
+    # the second (their samples are masked off)
+    keys = jnp.concatenate([keys, jnp.zeros((m * U + U - n, S), keys.dtype)])
+
+    def at(k):  # the channels at position k, zeros past the end
+        x = read(jnp.minimum(k, n - 1))
+        return x if n % U == 0 else jnp.where(k < n, x, zero)
 
     def add(left, x, key, keep=True):  # left: C x (S, K, Q); x: (C, Q); key: (S,)
         inside = (key[:, None, None] < lane_cuts) & keep
@@ -1546,27 +1503,26 @@ def _sse_chunked(xs: Array, keys: Array, valid: Array, lane_cuts: Array
                      for c, a in enumerate(left))
 
     empty = tuple(jnp.zeros((S, K, Q), dtype) for _ in range(C))
-    m = -(-n // U)
-    # sample u of each chunk as its own array: XLA vectorises the step's fusions over
-    # lanes then (slices of one (m, U, ...) array made it loop over scalars)
-    by_u = tuple(xs[u : u + m * U : U] for u in range(U)), tuple(
-        keys[u : u + m * U : U] for u in range(U))
 
-    def first_pass(carry, step):
+    def first_pass(t, carry):
         left, total = carry
-        for x, key in zip(*step):
-            left, total = add(left, x, key), total + x
-        return (left, total), None
+        for u in range(U):
+            k = t * U + u
+            x = at(k)
+            left = add(left, x, jax.lax.dynamic_index_in_dim(keys, k, keepdims=False))
+            total = total + x
+        return left, total
 
-    (pre_scan, whole), _ = jax.lax.scan(first_pass, (empty, jnp.zeros((C, Q), dtype)), by_u)
+    pre_scan, whole = jax.lax.fori_loop(0, m, first_pass, (empty, jnp.zeros((C, Q), dtype)))
     suf_scan = tuple(whole[c][None, None, :] - pre_scan[c] for c in range(C))
     starts, lengths, scored, count = _sse_chunks(valid, U)
 
     def second_pass(t, carry):
         left, total, best_pre, best_suf = carry
         for u in range(U):
-            x = jax.lax.dynamic_index_in_dim(xs, starts[t] + u, keepdims=False)
-            key = jax.lax.dynamic_index_in_dim(keys, starts[t] + u, keepdims=False)
+            k = starts[t] + u
+            x = read(jnp.minimum(k, n - 1))
+            key = jax.lax.dynamic_index_in_dim(keys, k, keepdims=False)
             keep = u < lengths[t]
             left, total = add(left, x, key, keep), total + jnp.where(keep, x, zero)
 
@@ -1592,14 +1548,23 @@ def _sse_grid(
 ) -> tuple[Array, Array]:
     """`sweep_grid` for regression sums (`grid_scan` `(p, n, S, G)`, floats)."""
     Q = cuts.shape[2]
-    xs, keys, valid, problem, key_dtype = _grid_inputs(data, first, slot_f0, feature, Q)
+    _, keys, valid, problem, key_dtype = _grid_inputs(data, first, slot_f0, feature, Q)
     lane_cuts = cuts.astype(key_dtype)
-    if xs.shape[2] == 1:  # one feature's order: steps of up to SSE_CHUNK samples
-        best_pre, best_suf, pre_scan, suf_scan = _sse_chunked(
-            xs[:, :, 0], keys[:, 0], valid[:, 0], lane_cuts)
-        best_pre, best_suf = best_pre[None], best_suf[None]
-    else:
-        best_pre, best_suf, pre_scan, suf_scan = _sse_stepwise(xs, keys, valid, lane_cuts)
+    _, _, C, _ = data.grid_scan.shape
+
+    def one_feature(i):
+        def read(k):
+            at = (feature[i], k, 0, first)
+            return jax.lax.dynamic_slice(
+                data.grid_scan, [jnp.asarray(j, jnp.int32) for j in at], (1, 1, C, Q))[0, 0]
+
+        return _sse_chunked(read, data.length, keys[:, i], valid[:, i], lane_cuts)
+
+    # One feature's order after another: each carries one feature's sums (the running
+    # sums of several features side by side spilled out of a core's L2), and one call
+    # takes them all (a call per feature cost a fixed part per call).
+    best_pre, best_suf, pre_scan, suf_scan = jax.lax.map(one_feature,
+                                                         jnp.arange(feature.shape[0]))
     pre_tot = data.root_cum[problem[None, None, :], slot_f0[:, None, None], cuts, -1]  # S K Q
     suf_tot = data.root_cum[problem[None, None, :], slot_f0[:, None, None], -1, -1] - pre_tot
     return (_sse_loss(pre_tot[None], pre_scan, best_pre),

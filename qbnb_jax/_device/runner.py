@@ -67,6 +67,9 @@ GRID_ADVANTAGE = 16
 # Regression lanes divide twice per lane-sample, as rows do per cut-sample, and
 # sweep the zero-weight samples rows skip: a far smaller advantage.
 SSE_GRID_ADVANTAGE = 8
+# Root features get grid plans of their own (`_root_feature_groups`) only where that
+# is estimated this many times cheaper than one plan: each plan adds calls.
+GROUP_SAVING = 1.25
 # Bytes of running sums per `sweep_grid` call (a share of a core's L2 cache; measured
 # with `python -m qbnb_jax.bench_batch`).
 GRID_CARRY_BYTES = 1 << 17
@@ -148,6 +151,26 @@ def _zero_padded(a: np.ndarray, rows: int) -> np.ndarray:
     out = np.zeros((rows, *a.shape[1:]), dtype=np.int32)
     out[: len(a)] = a
     return out
+
+
+def _grid_width(r: np.ndarray, rows_of_tuple: np.ndarray, K: int, lanes_per_width: int,
+                row_cost: int) -> tuple[int, int]:
+    """`(cost, width)` of the cheapest `sweep_grid` width for tuples at places `r` in
+    their (problem, root feature) group, `rows_of_tuple` rows each and K cuts: the
+    lanes (`lanes_per_width` per place of the width) plus `row_cost` for each row of
+    the tuples beyond the width, which sweep rows."""
+    by_r = np.bincount(r, weights=rows_of_tuple)  # rows of the tuples at each r
+    later = np.cumsum(by_r[::-1])[::-1]  # rows of the tuples at r or beyond
+    best = None
+    widest = pow2_at_least((int(r.max()) + 1) * K)
+    for width in (1 << e for e in range(widest.bit_length())):
+        if width < K:  # no tuple fits
+            continue
+        spill = later[width // K] if width // K < len(later) else 0
+        cost = lanes_per_width * width + row_cost * spill
+        if best is None or cost < best[0]:
+            best = (cost, width)
+    return best
 
 
 def pow2_at_least(x: int) -> int:
@@ -397,11 +420,16 @@ class KernelRunner:
         `sweep_grid` (see `_grid_plan`), the rest to `sweep_full`.
         """
         problem = self._rows_of(problem, len(f0))
-        plan = self._grid_plan(problem, f0, f, cuts)
-        if plan is None:
-            return self._full_rows(problem, f0, f, cuts)
-        pre, suf = self._run_grid(plan, f, cuts.shape[1])
-        rest = ~plan.on_grid
+        pre, suf = np.empty(cuts.shape), np.empty(cuts.shape)
+        rest = np.ones(len(f0), dtype=bool)
+        for rows in self._root_feature_groups(problem, f0, f, cuts):
+            plan = self._grid_plan(problem[rows], f0[rows], f[rows], cuts[rows])
+            if plan is None:
+                continue
+            grid_pre, grid_suf = self._run_grid(plan, f[rows], cuts.shape[1])
+            on = rows[plan.on_grid]
+            pre[on], suf[on] = grid_pre[plan.on_grid], grid_suf[plan.on_grid]
+            rest[on] = False
         if rest.any():
             pre[rest], suf[rest] = self._full_rows(problem[rest], f0[rest], f[rest], cuts[rest])
         return pre, suf
@@ -478,21 +506,10 @@ class KernelRunner:
         # The width fits the groups' first tuples; a few groups with many tuples would
         # widen every group's lanes, so their later tuples may go to `sweep_full`
         # instead: the width of least estimated cost, rows weighted GRID_ADVANTAGE.
-        advantage = SSE_GRID_ADVANTAGE if self.data.loss_kind == "sse" else GRID_ADVANTAGE
-        row_cost = advantage * pow2_at_least(cuts.shape[1])
+        row_cost = self._grid_row_cost(cuts.shape[1])
         rows_of_tuple = np.bincount(tuple_of_row, minlength=len(first_row))
-        by_r = np.bincount(r, weights=rows_of_tuple)  # rows of the tuples at each r
-        later = np.cumsum(by_r[::-1])[::-1]  # rows of the tuples at r or beyond
-        best = None
-        widest = pow2_at_least((int(r.max()) + 1) * K)
-        for width in (1 << e for e in range(widest.bit_length())):
-            if width < K:  # no tuple fits
-                continue
-            spill = later[width // K] if width // K < len(later) else 0
-            cost = blocks * GRID_LANES * slots * width * F + row_cost * spill
-            if best is None or cost < best[0]:
-                best = (cost, width)
-        cost, width = best
+        cost, width = _grid_width(r, rows_of_tuple, K, blocks * GRID_LANES * slots * F,
+                                  row_cost)
         if cost > row_cost * rows:
             return None
         grid_elements = blocks * GRID_LANES * slots * width * F
@@ -511,6 +528,78 @@ class KernelRunner:
                         slot=t_slot[tuple_of_row], offset=(r * K)[tuple_of_row],
                         lane=t_lane[tuple_of_row], elements=grid_elements * self.data.length,
                         on_grid=fits[tuple_of_row])
+
+    def _grid_row_cost(self, n_cuts: int) -> int:
+        """A row's cost in `_grid_plan`'s units (lane-samples of one cut)."""
+        advantage = SSE_GRID_ADVANTAGE if self.data.loss_kind == "sse" else GRID_ADVANTAGE
+        return advantage * pow2_at_least(n_cuts)
+
+    def _root_feature_groups(self, problem, f0, f, cuts) -> list[np.ndarray]:
+        """The rows in groups of root features, each to get a `_grid_plan` of its own.
+
+        One plan gives every root feature's slot the width of the most tuples any
+        (problem, root feature) has, and sweeps every feature asked for by any row.
+        Late iterations keep many tuples at a few root features and one or none at
+        the others, whose slots are then mostly empty lanes. So the root features are
+        grouped by the width each would take alone (by `_grid_width`'s cost, rows
+        at GRID_ADVANTAGE); a group gets its own plan where the groups' estimated
+        lanes cost less than one plan's by GROUP_SAVING. Root features whose rows
+        cost less than their lanes go to no group (they sweep rows).
+        """
+        whole = [np.arange(len(f0))]
+        if not self.can_sweep_grid() or len(f0) == 0:
+            return whole
+        roots = np.unique(f0)
+        if len(roots) < 2:
+            return whole
+        p = int(self.data.perm.shape[1])
+        starts = np.ones(len(f0), dtype=bool)
+        starts[1:] = ((problem[1:] != problem[:-1]) | (f0[1:] != f0[:-1])
+                      | (cuts[1:] != cuts[:-1]).any(axis=1))
+        tuple_of_row = np.cumsum(starts) - 1
+        first_row = np.flatnonzero(starts)
+        t_problem, t_f0, t_cuts = problem[first_row], f0[first_row], cuts[first_row]
+        K = 1 if (t_cuts == t_cuts[:, :1]).all() else cuts.shape[1]
+        pair = t_problem.astype(np.int64) * p + t_f0
+        order = np.argsort(pair, kind="stable")
+        new_pair = np.r_[True, pair[order][1:] != pair[order][:-1]]
+        group_start = np.maximum.accumulate(np.where(new_pair, np.arange(len(order)), 0))
+        r = np.empty(len(order), dtype=np.int64)
+        r[order] = np.arange(len(order)) - group_start
+        rows_of_tuple = np.bincount(tuple_of_row, minlength=len(first_row))
+        row_cost = self._grid_row_cost(cuts.shape[1])
+        blocks_all = len(np.unique(t_problem // GRID_LANES))
+        F_all = min(p, pow2_at_least(len(np.unique(f))))
+        one_plan, _ = _grid_width(r, rows_of_tuple, K, blocks_all * GRID_LANES * min(
+            p, pow2_at_least(len(roots))) * F_all, row_cost)
+        width_of = {}
+        for root in roots:
+            mine = t_f0 == root
+            blocks = len(np.unique(t_problem[mine] // GRID_LANES))
+            F = min(p, pow2_at_least(len(np.unique(f[f0 == root]))))
+            cost, width = _grid_width(r[mine], rows_of_tuple[mine], K,
+                                      blocks * GRID_LANES * F, row_cost)
+            alone = row_cost * int(rows_of_tuple[mine].sum())
+            width_of[int(root)] = 0 if alone <= cost else width
+        widths = sorted(set(width_of.values()))
+        groups, grouped_cost = [], 0
+        for width in widths:
+            members = [root for root, w in width_of.items() if w == width]
+            rows = np.flatnonzero(np.isin(f0, members))
+            if width == 0:
+                grouped_cost += row_cost * len(rows)
+                continue
+            mine = np.isin(t_f0, members)
+            blocks = len(np.unique(t_problem[mine] // GRID_LANES))
+            F = min(p, pow2_at_least(len(np.unique(f[rows]))))
+            slots = min(p, pow2_at_least(len(members)))
+            cost, _ = _grid_width(r[mine], rows_of_tuple[mine], K,
+                                  blocks * GRID_LANES * slots * F, row_cost)
+            grouped_cost += cost
+            groups.append(rows)
+        if len(groups) <= 1 and len(widths) == 1 or grouped_cost * GROUP_SAVING > one_plan:
+            return whole
+        return groups
 
     def _problem_axis(self):
         """`(data, place)`: `place(array, axis)` splits the problem axis over the devices.
@@ -599,18 +688,14 @@ class KernelRunner:
                              ) -> list[np.ndarray]:
         """`feature` in chunks of equal length, each one `sweep_grid` call.
 
-        Each lane carries running sums (two classes: the prefix sum and its four
-        extremes; regression: running and set sums, two bests): each call keeps at
-        most GRID_CARRY_BYTES of them, so that they stay in a core's cache. The last
-        chunk repeats its first feature. Class counts scan one feature after another
-        within a call (`_class_grid`), carrying one feature's C counts at a time: one
-        chunk."""
-        if self.data.loss_kind == "count" and not self.data.binary:
+        Each two-class lane carries the prefix sum and its four extremes: each call
+        keeps at most GRID_CARRY_BYTES of them, so that they stay in a core's cache.
+        The last chunk repeats its first feature. Class counts and regression sums
+        scan one feature after another within a call (`_class_grid`, `_sse_grid`),
+        carrying one feature's sums at a time: one chunk."""
+        if not self.data.binary:
             return [feature]
-        sums = self.data.grid_scan.shape[2] if self.data.grid_scan.ndim == 4 else 5
-        if self.data.loss_kind == "sse":  # running and set sums per channel, two bests
-            sums = 3 * sums + 2
-        per_feature = sums * lanes_per_feature * self.data.grid_scan.dtype.itemsize
+        per_feature = 5 * lanes_per_feature * self.data.grid_scan.dtype.itemsize
         size = max(1, min(len(feature), GRID_CARRY_BYTES // per_feature))
         count = -(-len(feature) // size)
         padded = np.full(count * size, feature[0], dtype=feature.dtype)
