@@ -99,16 +99,18 @@ def test_full_requests_on_the_grid_equal_rows(monkeypatch, features, n_classes):
     np.testing.assert_array_equal(got[1], np.asarray(want[1]))
 
 
-@pytest.mark.parametrize("task", ["classification", "regression"])
-def test_root_feature_groups_take_plans_of_their_own(monkeypatch, task):
-    """Late-iteration requests: root feature 0 with four tuples per problem, feature 1
-    with one, feature 2 for a few problems. They get plans of their own (widths 16, 4
-    and rows), and `full` still returns `sweep_full`'s numbers, bit for bit."""
+def test_root_feature_groups_take_plans_of_their_own(monkeypatch):
+    """Late-iteration requests of regression lanes: root feature 0 with four tuples
+    per problem, feature 1 with one, feature 2 for a few problems. They get plans of
+    their own (widths 16, 4 and rows), and `full` still returns `sweep_full`'s
+    numbers, bit for bit. Count lanes keep one plan."""
     rng, X, y, W, base, problems, _ = shared_batch(3, 50, 4, 64)
-    if task == "regression":
-        y = rng.normal(size=len(y))
-        base = make_problem(X, y, task="regression")
-        problems, _ = reweighted_samples(base, W, as_targets(y, len(y)))
+    with jax.enable_x64(True):
+        counts = KernelRunner(problems[0], SweepData.from_problems(
+            [base], problems, [0] * len(problems)))
+    y = rng.normal(size=len(y))
+    base = make_problem(X, y, task="regression")
+    problems, _ = reweighted_samples(base, W, as_targets(y, len(y)))
     with jax.enable_x64(True):
         data = SweepData.from_problems([base], problems, [0] * len(problems))
         runner = KernelRunner(problems[0], data)
@@ -122,6 +124,7 @@ def test_root_feature_groups_take_plans_of_their_own(monkeypatch, task):
         problem, f0, f, cuts = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3:]
         groups = runner._root_feature_groups(problem, f0, f, cuts)
         assert sorted(np.unique(f0[g]).tolist() for g in groups) == [[0], [1]]
+        assert len(counts._root_feature_groups(problem, f0, f, cuts)) == 1
         seen = []
         monkeypatch.setattr(runner, "_run_grid", lambda plan, *a: seen.append(
             plan.lane_cuts.shape[1:3]) or KernelRunner._run_grid(runner, plan, *a))

@@ -541,13 +541,15 @@ class KernelRunner:
         (problem, root feature) has, and sweeps every feature asked for by any row.
         Late iterations keep many tuples at a few root features and one or none at
         the others, whose slots are then mostly empty lanes. So the root features are
-        grouped by the width each would take alone (by `_grid_width`'s cost, rows
-        at GRID_ADVANTAGE); a group gets its own plan where the groups' estimated
-        lanes cost less than one plan's by GROUP_SAVING. Root features whose rows
-        cost less than their lanes go to no group (they sweep rows).
+        grouped by the width each would take alone (by `_grid_width`'s cost); a group
+        gets its own plan where the groups' estimated lanes cost less than one plan's
+        by GROUP_SAVING. Root features whose rows cost less than their lanes go to no
+        group (they sweep rows). Regression lanes only: their lane-samples cost the
+        most, while count lanes gained nothing measurable (the extra calls of page's
+        class grid cost more than its emptier lanes saved).
         """
         whole = [np.arange(len(f0))]
-        if not self.can_sweep_grid() or len(f0) == 0:
+        if not self.can_sweep_grid() or self.data.loss_kind != "sse" or len(f0) == 0:
             return whole
         roots = np.unique(f0)
         if len(roots) < 2:
