@@ -153,6 +153,28 @@ def _zero_padded(a: np.ndarray, rows: int) -> np.ndarray:
     return out
 
 
+def _grid_tuples(problem: np.ndarray, f0: np.ndarray, cuts: np.ndarray, p: int
+                 ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """A full-sweep request's tuples (runs of consecutive rows sharing problem, root
+    feature and cuts): each row's tuple, each tuple's first row, K (1 where every
+    tuple repeats one cut, the greedy start's request; else the rows' cuts), and r,
+    each tuple's place among the tuples of its (problem, root feature)."""
+    starts = np.ones(len(f0), dtype=bool)
+    starts[1:] = ((problem[1:] != problem[:-1]) | (f0[1:] != f0[:-1])
+                  | (cuts[1:] != cuts[:-1]).any(axis=1))
+    tuple_of_row = np.cumsum(starts) - 1
+    first_row = np.flatnonzero(starts)
+    t_cuts = cuts[first_row]
+    K = 1 if (t_cuts == t_cuts[:, :1]).all() else cuts.shape[1]
+    pair = problem[first_row].astype(np.int64) * p + f0[first_row]
+    order = np.argsort(pair, kind="stable")
+    new_pair = np.r_[True, pair[order][1:] != pair[order][:-1]]
+    group_start = np.maximum.accumulate(np.where(new_pair, np.arange(len(order)), 0))
+    r = np.empty(len(order), dtype=np.int64)
+    r[order] = np.arange(len(order)) - group_start
+    return tuple_of_row, first_row, K, r
+
+
 def _grid_width(r: np.ndarray, rows_of_tuple: np.ndarray, K: int, lanes_per_width: int,
                 row_cost: int) -> tuple[int, int]:
     """`(cost, width)` of the cheapest `sweep_grid` width for tuples at places `r` in
@@ -478,22 +500,10 @@ class KernelRunner:
         if not self.can_sweep_grid() or rows == 0:
             return None
         p = int(self.data.perm.shape[1])
-        starts = np.ones(rows, dtype=bool)
-        starts[1:] = ((problem[1:] != problem[:-1]) | (f0[1:] != f0[:-1])
-                      | (cuts[1:] != cuts[:-1]).any(axis=1))
-        tuple_of_row = np.cumsum(starts) - 1
-        first_row = np.flatnonzero(starts)
+        tuple_of_row, first_row, K, r = _grid_tuples(problem, f0, cuts, p)
         t_problem, t_f0, t_cuts = problem[first_row], f0[first_row], cuts[first_row]
         if len(np.unique(t_problem)) < GRID_MIN_PROBLEMS:
             return None
-        K = 1 if (t_cuts == t_cuts[:, :1]).all() else cuts.shape[1]  # the greedy start
-        # r: the tuple's place among the tuples of its (problem, root feature)
-        pair = t_problem.astype(np.int64) * p + t_f0
-        order = np.argsort(pair, kind="stable")
-        new_pair = np.r_[True, pair[order][1:] != pair[order][:-1]]
-        group_start = np.maximum.accumulate(np.where(new_pair, np.arange(len(order)), 0))
-        r = np.empty(len(order), dtype=np.int64)
-        r[order] = np.arange(len(order)) - group_start
         slot_f0, t_slot = np.unique(t_f0, return_inverse=True)
         slots = min(p, pow2_at_least(len(slot_f0)))
         feature, column = np.unique(f, return_inverse=True)
@@ -555,19 +565,8 @@ class KernelRunner:
         if len(roots) < 2:
             return whole
         p = int(self.data.perm.shape[1])
-        starts = np.ones(len(f0), dtype=bool)
-        starts[1:] = ((problem[1:] != problem[:-1]) | (f0[1:] != f0[:-1])
-                      | (cuts[1:] != cuts[:-1]).any(axis=1))
-        tuple_of_row = np.cumsum(starts) - 1
-        first_row = np.flatnonzero(starts)
-        t_problem, t_f0, t_cuts = problem[first_row], f0[first_row], cuts[first_row]
-        K = 1 if (t_cuts == t_cuts[:, :1]).all() else cuts.shape[1]
-        pair = t_problem.astype(np.int64) * p + t_f0
-        order = np.argsort(pair, kind="stable")
-        new_pair = np.r_[True, pair[order][1:] != pair[order][:-1]]
-        group_start = np.maximum.accumulate(np.where(new_pair, np.arange(len(order)), 0))
-        r = np.empty(len(order), dtype=np.int64)
-        r[order] = np.arange(len(order)) - group_start
+        tuple_of_row, first_row, K, r = _grid_tuples(problem, f0, cuts, p)
+        t_problem, t_f0 = problem[first_row], f0[first_row]
         rows_of_tuple = np.bincount(tuple_of_row, minlength=len(first_row))
         row_cost = self._grid_row_cost(cuts.shape[1])
         blocks_all = len(np.unique(t_problem // GRID_LANES))
