@@ -93,8 +93,15 @@ def interrupt(proc):
     return proc.returncode, out, err
 
 
+def _default_sigint():
+    # A test run started with SIGINT ignored (under nohup, or as a script's background
+    # job) passes that on to its children; `qbnb` run from a terminal has the default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(argv):
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)
 
 
 def test_ctrl_c_stops_a_fit(tmp_path):
