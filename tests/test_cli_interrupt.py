@@ -93,15 +93,16 @@ def interrupt(proc):
     return proc.returncode, out, err
 
 
-def _default_sigint():
-    # A test run started with SIGINT ignored (under nohup, or as a script's background
-    # job) passes that on to its children; `qbnb` run from a terminal has the default.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def start(argv):
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_default_sigint)
+    # A test run started with SIGINT ignored (under nohup, or as a script's background
+    # job) would pass that on to its children; `qbnb` run from a terminal starts with
+    # the default. (Set here, not in a preexec_fn: that forks a multithreaded process.)
+    previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_stops_a_fit(tmp_path):
