@@ -1485,8 +1485,8 @@ def _sse_chunked(read: Callable[[Array], Array], n: int, keys: Array, valid: Arr
     `valid` `(n,)`."""
     U = SSE_CHUNK
     S, K, Q = lane_cuts.shape
-    dtype = read(jnp.int32(0)).dtype
-    C = read(jnp.int32(0)).shape[0]
+    C, _ = jax.eval_shape(read, jnp.int32(0)).shape
+    dtype = jax.eval_shape(read, jnp.int32(0)).dtype
     zero = jnp.zeros((), dtype)
     m = -(-n // U)
     # root positions past the end: whole chunks for the first pass, whole windows for

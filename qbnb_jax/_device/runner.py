@@ -598,8 +598,8 @@ class KernelRunner:
                                   blocks * GRID_LANES * slots * F, row_cost)
             grouped_cost += cost
             groups.append(rows)
-        if len(groups) <= 1 and len(widths) == 1 or grouped_cost * GROUP_SAVING > one_plan:
-            return whole
+        if len(widths) == 1 or grouped_cost * GROUP_SAVING > one_plan:
+            return whole  # every root feature alike, or too little to gain
         return groups
 
     def _problem_axis(self):
