@@ -1560,9 +1560,9 @@ def _sse_grid(
 
         return _sse_chunked(read, data.length, keys[:, i], valid[:, i], lane_cuts)
 
-    # One feature's order after another: each carries one feature's sums (the running
-    # sums of several features side by side spilled out of a core's L2), and one call
-    # takes them all (a call per feature cost a fixed part per call).
+    # One feature's order after another, each in steps of SSE_CHUNK samples, carrying
+    # one feature's sums: a step over several features side by side spilled its sums
+    # out of a core's L2 and scored at every position any of them could split.
     best_pre, best_suf, pre_scan, suf_scan = jax.lax.map(one_feature,
                                                          jnp.arange(feature.shape[0]))
     pre_tot = data.root_cum[problem[None, None, :], slot_f0[:, None, None], cuts, -1]  # S K Q
