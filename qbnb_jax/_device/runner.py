@@ -175,24 +175,28 @@ def _grid_tuples(problem: np.ndarray, f0: np.ndarray, cuts: np.ndarray, p: int
     return tuple_of_row, first_row, K, r
 
 
-def _grid_width(r: np.ndarray, rows_of_tuple: np.ndarray, K: int, lanes_per_width: int,
-                row_cost: int) -> tuple[int, int]:
-    """`(cost, width)` of the cheapest `sweep_grid` width for tuples at places `r` in
-    their (problem, root feature) group, `rows_of_tuple` rows each and K cuts: the
-    lanes (`lanes_per_width` per place of the width) plus `row_cost` for each row of
-    the tuples beyond the width, which sweep rows."""
-    by_r = np.bincount(r, weights=rows_of_tuple)  # rows of the tuples at each r
-    later = np.cumsum(by_r[::-1])[::-1]  # rows of the tuples at r or beyond
-    best = None
-    widest = pow2_at_least((int(r.max()) + 1) * K)
+def _grid_width(group: np.ndarray, r: np.ndarray, rows_of_tuple: np.ndarray, K: int,
+                lanes_per_width: np.ndarray, row_cost: int) -> tuple[np.ndarray, np.ndarray]:
+    """`(cost, width)` per group of tuples: the cheapest `sweep_grid` width for the
+    tuples of each `group` (at places `r` in their (problem, root feature), with
+    `rows_of_tuple` rows each and K cuts), its cost the lanes (`lanes_per_width[g]` per
+    place of the width) plus `row_cost` for each row of the tuples beyond the width,
+    which sweep rows. Ties go to the narrower width."""
+    G, R = len(lanes_per_width), int(r.max()) + 1
+    by_r = np.bincount(group * R + r, weights=rows_of_tuple, minlength=G * R).reshape(G, R)
+    # rows of each group's tuples at r or beyond; none beyond the last place
+    later = np.zeros((G, R + 1))
+    later[:, :R] = np.cumsum(by_r[:, ::-1], axis=1)[:, ::-1]
+    best_cost = np.full(G, np.inf)
+    best_width = np.zeros(G, dtype=np.int64)
+    widest = pow2_at_least(R * K)
     for width in (1 << e for e in range(widest.bit_length())):
         if width < K:  # no tuple fits
             continue
-        spill = later[width // K] if width // K < len(later) else 0
-        cost = lanes_per_width * width + row_cost * spill
-        if best is None or cost < best[0]:
-            best = (cost, width)
-    return best
+        cost = lanes_per_width * width + row_cost * later[:, min(width // K, R)]
+        better = cost < best_cost
+        best_cost[better], best_width[better] = cost[better], width
+    return best_cost, best_width
 
 
 def pow2_at_least(x: int) -> int:
@@ -518,8 +522,8 @@ class KernelRunner:
         # instead: the width of least estimated cost, rows weighted GRID_ADVANTAGE.
         row_cost = self._grid_row_cost(cuts.shape[1])
         rows_of_tuple = np.bincount(tuple_of_row, minlength=len(first_row))
-        cost, width = _grid_width(r, rows_of_tuple, K, blocks * GRID_LANES * slots * F,
-                                  row_cost)
+        (cost,), (width,) = _grid_width(np.zeros(len(r), dtype=np.int64), r, rows_of_tuple, K,
+                                        np.array([blocks * GRID_LANES * slots * F]), row_cost)
         if cost > row_cost * rows:
             return None
         grid_elements = blocks * GRID_LANES * slots * width * F
@@ -566,41 +570,41 @@ class KernelRunner:
             return whole
         p = int(self.data.perm.shape[1])
         tuple_of_row, first_row, K, r = _grid_tuples(problem, f0, cuts, p)
-        t_problem, t_f0 = problem[first_row], f0[first_row]
+        t_block = problem[first_row] // GRID_LANES
         rows_of_tuple = np.bincount(tuple_of_row, minlength=len(first_row))
         row_cost = self._grid_row_cost(cuts.shape[1])
-        blocks_all = len(np.unique(t_problem // GRID_LANES))
-        F_all = min(p, pow2_at_least(len(np.unique(f))))
-        one_plan, _ = _grid_width(r, rows_of_tuple, K, blocks_all * GRID_LANES * min(
-            p, pow2_at_least(len(roots))) * F_all, row_cost)
-        width_of = {}
-        for root in roots:
-            mine = t_f0 == root
-            blocks = len(np.unique(t_problem[mine] // GRID_LANES))
-            F = min(p, pow2_at_least(len(np.unique(f[f0 == root]))))
-            cost, width = _grid_width(r[mine], rows_of_tuple[mine], K,
-                                      blocks * GRID_LANES * F, row_cost)
-            alone = row_cost * int(rows_of_tuple[mine].sum())
-            width_of[int(root)] = 0 if alone <= cost else width
-        widths = sorted(set(width_of.values()))
-        groups, grouped_cost = [], 0
-        for width in widths:
-            members = [root for root, w in width_of.items() if w == width]
-            rows = np.flatnonzero(np.isin(f0, members))
-            if width == 0:
-                grouped_cost += row_cost * len(rows)
-                continue
-            mine = np.isin(t_f0, members)
-            blocks = len(np.unique(t_problem[mine] // GRID_LANES))
-            F = min(p, pow2_at_least(len(np.unique(f[rows]))))
-            slots = min(p, pow2_at_least(len(members)))
-            cost, _ = _grid_width(r[mine], rows_of_tuple[mine], K,
-                                  blocks * GRID_LANES * slots * F, row_cost)
-            grouped_cost += cost
-            groups.append(rows)
-        if len(widths) == 1 or grouped_cost * GROUP_SAVING > one_plan:
-            return whole  # every root feature alike, or too little to gain
-        return groups
+
+        def cost_of(row_group: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """`_grid_width` of one plan per group of rows (`row_group`, 0..G-1, whole
+            tuples), with `slots` root-feature slots each: lanes for the blocks of
+            problems and the features the group's rows ask for."""
+            group = row_group[first_row]
+            G = len(slots)
+            blocks = np.bincount(np.unique(group * (t_block.max() + 1) + t_block)
+                                 // (t_block.max() + 1), minlength=G)
+            features = np.bincount(np.unique(row_group * p + f) // p, minlength=G)
+            F = np.array([min(p, pow2_at_least(x)) for x in features])
+            return _grid_width(group, r, rows_of_tuple, K, blocks * GRID_LANES * slots * F,
+                               row_cost)
+
+        root_of_row = np.searchsorted(roots, f0)
+        (one_plan,), _ = cost_of(np.zeros(len(f0), dtype=np.int64),
+                                 np.array([min(p, pow2_at_least(len(roots)))]))
+        cost, width = cost_of(root_of_row, np.ones(len(roots), dtype=np.int64))
+        alone = row_cost * np.bincount(root_of_row, minlength=len(roots))
+        width = np.where(alone <= cost, 0, width)  # 0: the root feature sweeps rows
+        widths, class_of_root = np.unique(width, return_inverse=True)
+        if len(widths) == 1:
+            return whole  # every root feature alike
+        class_of_row = class_of_root[root_of_row]
+        members = np.bincount(class_of_root, minlength=len(widths))
+        class_cost, _ = cost_of(class_of_row, np.array([min(p, pow2_at_least(m))
+                                                         for m in members]))
+        rows = np.bincount(class_of_row, minlength=len(widths))
+        grouped = np.where(widths == 0, row_cost * rows, class_cost).sum()
+        if grouped * GROUP_SAVING > one_plan:
+            return whole  # too little to gain
+        return [np.flatnonzero(class_of_row == c) for c in range(len(widths)) if widths[c]]
 
     def _problem_axis(self):
         """`(data, place)`: `place(array, axis)` splits the problem axis over the devices.
