@@ -10,6 +10,9 @@ colliding scatter writes in any order; a CPU test run never sees a GPU's choices
   commutative as well as associative (checked on random operands), a scatter must add
   integers (any order gives the same sum) rather than overwrite, and floating-point
   scatter-adds are refused.
+
+Each test names the execution plan whose kernels it checks (by default the sequential
+plan, a CPU's): run on an accelerator, the same tests check the same kernels there.
 """
 
 from __future__ import annotations
@@ -38,6 +41,13 @@ from qbnb_jax._problem.leaf_limits import LeafLimits
 # ---------------------------------------------------------------------------------------
 # the reference: the best stump of a sample set, from its definition
 # ---------------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def sequential_plan(monkeypatch):
+    """The sequential plan's kernels unless a test asks for the parallel plan's, so a
+    run on any backend checks the kernels each test names."""
+    monkeypatch.setenv("QBNB_JAX_PLAN", "sequential")
+
+
 def set_loss(total: np.ndarray, loss_kind: str) -> float:
     """Loss of a constant leaf from the summed stat vector of its samples."""
     if loss_kind == "sse":  # [w, w y_1..m, w |y|^2]
@@ -370,13 +380,16 @@ def _kernel_jaxprs(monkeypatch):
             limited = dataclasses.replace(problem, leaf_limits=LeafLimits(3, 0.5))
             out[f"limited {kind}"] = jax.make_jaxpr(sweep_limited)(
                 limit_data([limited], data), *rows, cuts)
-        with monkeypatch.context() as patch:  # the class-ordered sweeps (`classwise.py`)
-            patch.setattr(_kernels, "CLASS_ORDER_FROM", 3)
-            data = SweepData.from_problem(ordered_problem(0, 70, 3, "multi-class"))
-        assert _kernels.uses_class_order(data)
-        rows = (np.zeros(4, np.int32),) * 3
-        out["full class-order"] = jax.make_jaxpr(sweep_full)(data, *rows, cuts)
-        out["windowed class-order"] = jax.make_jaxpr(sweep_windowed)(data, *rows, lo, hi, cuts)
+        sequential = _kernels.execution_plan() == "sequential"
+        if sequential:  # the class-ordered sweeps (`classwise.py`), a CPU's only
+            with monkeypatch.context() as patch:
+                patch.setattr(_kernels, "CLASS_ORDER_FROM", 3)
+                data = SweepData.from_problem(ordered_problem(0, 70, 3, "multi-class"))
+            assert _kernels.uses_class_order(data)
+            rows = (np.zeros(4, np.int32),) * 3
+            out["full class-order"] = jax.make_jaxpr(sweep_full)(data, *rows, cuts)
+            out["windowed class-order"] = jax.make_jaxpr(sweep_windowed)(
+                data, *rows, lo, hi, cuts)
         base = make_problem(np.arange(40.0)[:, None] % 7, np.arange(40) % 2,
                             task="classification")
         problems, _ = base.reweighted(np.ones((3, 40), dtype=np.int64))
@@ -388,10 +401,12 @@ def _kernel_jaxprs(monkeypatch):
                             task="classification")
         problems, _ = base.reweighted(np.ones((3, 40), dtype=np.int64))
         data = SweepData.from_problems([base], problems, [0] * 3)
-        assert data.grid_scan.ndim == 4  # class counts in the lanes
-        out["grid classes"] = jax.make_jaxpr(sweep_grid)(
-            data, np.int32(0), np.zeros(1, np.int32), np.zeros(1, np.int32),
-            np.zeros((1, 2, 3), np.int32))
+        # class counts in the lanes; the parallel plan packs them into fields instead
+        assert (data.grid_scan.ndim == 4) == sequential
+        if sequential:
+            out["grid classes"] = jax.make_jaxpr(sweep_grid)(
+                data, np.int32(0), np.zeros(1, np.int32), np.zeros(1, np.int32),
+                np.zeros((1, 2, 3), np.int32))
         base = make_problem(np.arange(40.0)[:, None] % 7, np.arange(40.0) % 5,
                             task="regression")
         problems, _ = reweighted_samples(base, np.ones((3, 40)),
@@ -421,7 +436,9 @@ def _is_commutative(eqn) -> bool:
     return True
 
 
-def test_kernels_reduce_and_scatter_only_order_free(monkeypatch):
+@pytest.mark.parametrize("plan", ["sequential", "parallel"])
+def test_kernels_reduce_and_scatter_only_order_free(monkeypatch, plan):
+    monkeypatch.setenv("QBNB_JAX_PLAN", plan)
     monkeypatch.setattr(_kernels, "FULL_BLOCK", 8)  # the blocked path at n = 72
     seen = set()
     for name, closed in _kernel_jaxprs(monkeypatch).items():
