@@ -115,7 +115,7 @@ def test_lockstep_batches_partition_by_length():
     assert sorted(flat.tolist()) == list(range(len(sizes)))
     assert all(len(b) <= deep_batch.MAX_BATCH for b in batches)
     for b in batches:  # one length, and shorter sides only while the batch was small
-        length = np.array([deep_batch.padded_length(int(sizes[i]), deep_batch.LENGTH_STEPS)
+        length = np.array([deep_batch.padded_length(int(sizes[i]), deep_batch.length_steps())
                            for i in b])
         assert (length < length.max()).sum() < deep_batch.SMALL_BATCH
     assert np.all(np.diff([sizes[b].max() for b in batches]) >= 0)  # smallest first

@@ -76,3 +76,24 @@ def test_stats_count_device_calls_and_traffic():
     assert stats["device_calls"] >= 1
     assert stats["bytes_to_device"] > 0 and stats["bytes_from_device"] > 0
     assert 0.0 <= stats["device_seconds"]
+
+
+def test_parallel_plan_calls_take_few_shapes(monkeypatch):
+    """Every distinct shape is a compile (seconds on a GPU): the parallel plan pads a
+    call's rows to a power of ACCELERATOR_ROW_BASE (at least ACCELERATOR_MIN_ROWS) and
+    a depth-3 round's side batches to power-of-two lengths."""
+    from qbnb_jax._device import runner as runner_module
+    from qbnb_jax._problem.data import make_problem
+    from qbnb_jax._search import deep_batch
+
+    X, y = problem(5, "classification")
+    monkeypatch.setenv("QBNB_JAX_PLAN", "parallel")
+    runner = runner_module.KernelRunner(make_problem(X, y, task="classification"))
+    chunks = {runner._chunk(4, 40, rows) for rows in range(1, 5000)}
+    assert chunks == {64, 512, 4096}
+    sizes = np.random.default_rng(0).integers(65, 3000, size=300)
+    lengths = {deep_batch.padded_length(int(sizes[i]), deep_batch.length_steps())
+               for batch in deep_batch.lockstep_batches(sizes, p=3) for i in batch}
+    assert all(length & (length - 1) == 0 for length in lengths)
+    monkeypatch.setenv("QBNB_JAX_PLAN", "sequential")
+    assert deep_batch.length_steps() == deep_batch.LENGTH_STEPS > 1

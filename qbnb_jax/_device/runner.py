@@ -21,6 +21,7 @@ from qbnb_jax._device.kernels import (
     GRID_LANES,
     WALK_BLOCK,
     SweepData,
+    count_bucket,
     scans_own_length,
     sweep_full,
     sweep_full_within,
@@ -51,6 +52,12 @@ BIG_CHUNK_FACTOR = 4
 # An accelerator wants few large calls: up to this many rows, and intermediates of at
 # most ACCELERATOR_SHARE of its free memory.
 ACCELERATOR_MAX_ROWS = 4096
+# Its calls' rows are padded to a power of ACCELERATOR_ROW_BASE, at least
+# ACCELERATOR_MIN_ROWS: every distinct shape is a compile, which costs seconds on a GPU
+# (a depth-3 solve met rows of every power of two from 2 to 256), while padding rows
+# costs it little.
+ACCELERATOR_MIN_ROWS = 64
+ACCELERATOR_ROW_BASE = 8
 ACCELERATOR_SHARE = 8
 BYTES_PER_ELEMENT = 32  # a few live (chunk, cuts, length, channels) intermediates
 MAX_CUTS = 32  # cuts per row per call; more are split into blocks
@@ -370,7 +377,8 @@ class KernelRunner:
             per_row = (min(length, WALK_BLOCK) + 1) * (channels + 1)
         if self.data.plan == "parallel":
             fit = _accelerator_free_bytes() // (ACCELERATOR_SHARE * BYTES_PER_ELEMENT * per_row)
-            return max(1, min(ACCELERATOR_MAX_ROWS, _pow2_at_most(fit), pow2_at_least(rows)))
+            want = max(ACCELERATOR_MIN_ROWS, count_bucket(rows, ACCELERATOR_ROW_BASE))
+            return max(1, min(ACCELERATOR_MAX_ROWS, _pow2_at_most(fit), want))
         budget = CHUNK_ELEMENTS if self.data.binary else CHANNEL_CHUNK_ELEMENTS
         chunk = max(1, min(MAX_CHUNK, _pow2_at_most(budget // max(per_row, 1))))
         big = chunk * BIG_CHUNK_FACTOR

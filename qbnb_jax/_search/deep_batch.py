@@ -21,7 +21,7 @@ import functools
 
 import numpy as np
 
-from qbnb_jax._device.kernels import SweepData, padded_length
+from qbnb_jax._device.kernels import SweepData, execution_plan, padded_length
 from qbnb_jax._device.runner import GRID_MIN_PROBLEMS, KernelRunner
 from qbnb_jax._problem.data import (
     CompactSides,
@@ -48,6 +48,9 @@ SMALL_BATCH = 64
 # solve's 4 cut the padding at little cost in batches: measured, 4% fewer cut-elements
 # than 4 steps on 200 problems of 0/1 folds (16 steps: 6% fewer, 7% more kernel calls).
 LENGTH_STEPS = 8
+# The parallel plan's (an accelerator's) lengths are powers of two: each distinct length
+# is a compile of seconds there, and padding costs it little.
+ACCELERATOR_LENGTH_STEPS = 1
 # Sides compacted together (`compact_sides`): a few dozen numpy calls per chunk instead
 # of per side, on padded arrays small enough to stay in cache (sides of a batch are
 # sorted by size, so a chunk pads little).
@@ -142,7 +145,7 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
                                for at in range(0, len(batch), COMPACT_CHUNK))]
         subs = [sub for chunk in chunks for sub in chunk.problems]
         search = Search(subs, side_options,
-                        runner=runner.for_compact(subs, chunks, LENGTH_STEPS, count_base=4),
+                        runner=runner.for_compact(subs, chunks, length_steps(), count_base=4),
                         cutoff=[cutoffs[j] for j in batch])
         solve_depth2(search, side_tables(chunks))
         for q, j in enumerate(batch):
@@ -296,6 +299,11 @@ def side_tables(chunks: list[CompactSides]) -> ThresholdTables:
                            stump_position=np.concatenate(positions))
 
 
+def length_steps() -> int:
+    """Steps per octave of the side batches' padded lengths on this execution plan."""
+    return LENGTH_STEPS if execution_plan() == "sequential" else ACCELERATOR_LENGTH_STEPS
+
+
 def lockstep_batches(sizes, p: int) -> list[list[int]]:
     """Indices of sides of these `sizes` (all positive), smallest first, in batches.
 
@@ -306,8 +314,9 @@ def lockstep_batches(sizes, p: int) -> list[list[int]]:
     batches: list[list[int]] = []
     batch: list[int] = []
     bucket = 0
+    steps = length_steps()
     for i in (int(i) for i in np.argsort(sizes, kind="stable")):
-        length = padded_length(int(sizes[i]), LENGTH_STEPS)
+        length = padded_length(int(sizes[i]), steps)
         if batch and ((length > bucket and len(batch) >= SMALL_BATCH)
                       or len(batch) >= MAX_BATCH
                       or (len(batch) + 1) * p * p * length * 4 > SIDE_LAYOUT_BYTES):
