@@ -242,6 +242,27 @@ def test_class_lane_sweep_equals_the_row_sweep(classes, weight, K, n):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.parametrize("classes", [30, 31, 40])
+def test_unit_counts_of_many_classes_sweep_right_without_class_order(monkeypatch, classes):
+    """`root_code` holds a class in CLASS_CODE_BITS bits (one value marks no weight):
+    counts of more classes than that take another sweep, whatever CLASS_ORDER_FROM
+    says (raised here, so that the class order does not take them first)."""
+    monkeypatch.setattr(_kernels, "CLASS_ORDER_FROM", 10**6)
+    rng = np.random.default_rng(classes)
+    n = 300
+    X = np.round(rng.normal(size=(n, 3)), 1)
+    X[:, 0] = np.arange(n)
+    problem = make_problem(X, rng.integers(0, classes, n), task="classification")
+    f0, f, _, _, cuts = random_rows(rng, problem, 12, 4)
+    zeros, ends = np.zeros_like(f0), np.full_like(f0, n)
+    cuts = np.clip(cuts, 0, n)
+    with jax.enable_x64(True):
+        data = SweepData.from_problem(problem)
+        assert (data.root_code.size > 0) == (classes < _kernels.CLASS_CODE_NONE)
+        pre, suf = sweep_full(data, zeros, f0, f, cuts)
+    assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_window_sweeps_equal_reference(kind):
     problem = ordered_problem(3, 120, 3, kind)

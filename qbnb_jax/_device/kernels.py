@@ -216,6 +216,7 @@ class SweepData(eqx.Module):
                        and plan == "sequential" and n_pad < BLOCKED_FROM)
         lane_codes = (first.loss_kind == "count" and not binary and not field_bits
                       and not class_order and plan == "sequential" and n_pad < BLOCKED_FROM
+                      and first.n_channels < CLASS_CODE_NONE
                       and all(pr.stats.max(initial=0) <= 1 for pr in problems))
         if stat_tables is not None:
             tables = dict(stat_tables)
@@ -491,6 +492,7 @@ def count_dtype(total: int, wider=np.int32):
 
 
 CLASS_CODE_BITS = 5  # `root_code`: the class in the low bits; 31 marks no weight
+CLASS_CODE_NONE = (1 << CLASS_CODE_BITS) - 1  # so `root_code` holds fewer classes
 
 
 def class_lane_codes(stats: list[np.ndarray], rank: np.ndarray, layout_of: np.ndarray,
@@ -498,7 +500,7 @@ def class_lane_codes(stats: list[np.ndarray], rank: np.ndarray, layout_of: np.nd
     """`SweepData.root_code` `(bucket, p, n_pad)` of class counts `stats` (each
     `(n, C)`, every entry 0 or 1) laid out by `rank[layout_of[i]]` `(L, p, n_pad)`."""
     _, p, n_pad = rank.shape
-    none = (1 << CLASS_CODE_BITS) - 1
+    none = CLASS_CODE_NONE
     codes = aligned_zeros((bucket, p, n_pad), np.int32)  # used in place by device_put
     for i, one in enumerate(stats):
         label = np.full(n_pad, none, np.int32)
@@ -1158,7 +1160,7 @@ def _class_lane_rows(
         codes = data.root_code[problem[:, None], f0[:, None], data.perm[lay, f]]  # (R, n)
         xs = (jnp.transpose(codes), valid)
         label = jnp.arange(C, dtype=jnp.int32)[:, None]
-        class_bits = (1 << CLASS_CODE_BITS) - 1
+        class_bits = CLASS_CODE_NONE
 
         def sample_of(x):
             code, ok = x
