@@ -263,6 +263,46 @@ def test_unit_counts_of_many_classes_sweep_right_without_class_order(monkeypatch
     assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
 
 
+@pytest.mark.parametrize("weight", [0, 2])
+def test_long_unit_counts_of_many_classes_take_the_class_lanes(monkeypatch, weight):
+    """Past CLASS_ORDER_MAX_LENGTH (lowered here) counts of 0 or 1 of 20 to 30 classes
+    are swept by the class lanes (one code a sample), other counts keep the class
+    order; both give the reference's losses."""
+    from qbnb_jax._device import classwise
+
+    monkeypatch.setattr(_kernels, "CLASS_ORDER_MAX_LENGTH", 64)
+    assert classwise.CLASS_ORDER_MAX_LENGTH > 64  # the setting this lowers
+    rng = np.random.default_rng(weight)
+    n = 300
+    X = np.round(rng.normal(size=(n, 3)), 1)
+    X[:, 0] = np.arange(n)
+    w = rng.integers(1, 3, n) * weight if weight else None
+    problem = make_problem(X, rng.integers(0, 25, n), task="classification", sample_weight=w)
+    f0, f, _, _, cuts = random_rows(rng, problem, 12, 4)
+    zeros, ends = np.zeros_like(f0), np.full_like(f0, n)
+    cuts = np.clip(cuts, 0, n)
+    with jax.enable_x64(True):
+        data = SweepData.from_problem(problem)
+        assert _kernels.uses_class_order(data) == bool(weight)
+        assert _kernels.sweeps_class_lanes(data) == (not weight)
+        pre, suf = sweep_full(data, zeros, f0, f, cuts)
+    assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float64])
+def test_blocked_prefix_sums_are_numpys(monkeypatch, dtype):
+    """`_prefix_sums` forms the table sums block by block in numpy's sequential order:
+    the same numbers, floats included."""
+    monkeypatch.setattr(_kernels, "PREFIX_BLOCK", 16)
+    rng = np.random.default_rng(3)
+    a = (rng.random((2, 3, 101, 9)) * 100).astype(dtype)
+    want = np.zeros((2, 3, 102, 9), dtype)
+    np.cumsum(a, axis=2, out=want[:, :, 1:])
+    got = np.zeros_like(want)
+    _kernels._prefix_sums(a, got)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_window_sweeps_equal_reference(kind):
     problem = ordered_problem(3, 120, 3, kind)
