@@ -8,7 +8,8 @@ something to prune with and something to fight:
 - `synth-class12`: 12 classes, n = 10,430, p = 10;
 - `synth-class30`: 30 classes, n = 5,000, p = 8;
 - `synth-reg3-large`: regression, 3 targets, n = 300,000, p = 8;
-- `synth-class5-large`: 5 classes, n = 300,000, p = 10.
+- `synth-class5-large`: 5 classes, n = 300,000, p = 10;
+- `synth-class30-large`: 30 classes, n = 100,000, p = 20.
 
 `python -m qbnb_jax.bench --datasets synth-reg1,...` runs them; `--check-regression`
 compares the regression objectives with the numpy brute force and `--vs contree` the
@@ -48,6 +49,7 @@ SYNTHETIC = {
     "synth-class30": lambda: _classification(5000, 8, 30, seed=19),
     "synth-reg3-large": lambda: _regression(300_000, 8, 3, seed=23),
     "synth-class5-large": lambda: _classification(300_000, 10, 5, seed=29),
+    "synth-class30-large": lambda: _classification(100_000, 20, 30, seed=31),
 }
 
 
