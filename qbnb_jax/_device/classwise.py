@@ -50,8 +50,8 @@ CLASS_ORDER_FROM = 20
 # (`kernels._class_lane_rows`, one code a sample) instead: this sweep's (position, row,
 # column) intermediates outgrow the caches and its gather dominates. Measured at depth
 # 2 (p = 10): 20 classes, n = 2e4 and 5e4, 0.36 -> 0.29 s and 1.44 -> 0.99 s; 30
-# classes, n = 1e5 (p = 20), 5.4 -> 3.6 s; at n = 1e4 the two are even (20 classes) or
-# this sweep is faster (30 classes, 0.11 against 0.19 s).
+# classes, n = 1e5, p = 20 (`synth-class30-large`), 7.1 -> 5.9 s; at n = 1e4 the two
+# are even (20 classes) or this sweep is faster (30 classes, 0.11 against 0.19 s).
 CLASS_ORDER_MAX_LENGTH = 16384
 
 
