@@ -263,28 +263,35 @@ def test_unit_counts_of_many_classes_sweep_right_without_class_order(monkeypatch
     assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
 
 
-@pytest.mark.parametrize("weight", [0, 2])
-def test_long_unit_counts_of_many_classes_take_the_class_lanes(monkeypatch, weight):
-    """Past CLASS_ORDER_MAX_LENGTH (lowered here) counts of 0 or 1 of 20 to 30 classes
-    are swept by the class lanes (one code a sample), other counts keep the class
-    order; both give the reference's losses."""
+@pytest.mark.parametrize("classes, weight, sweep", [
+    (25, 0, "lanes"), (25, 2, "channels-major"), (40, 0, "class order"),
+    (40, 2, "class order")])
+def test_long_orders_of_many_classes_take_their_sweeps(monkeypatch, classes, weight,
+                                                        sweep):
+    """Past CLASS_ORDER_MAX_LENGTH (lowered here) the class order takes counts of
+    CLASS_ORDER_FROM_LONG or more classes only; fewer take the class lanes (counts of
+    0 or 1) or the channels-major walk. Each gives the reference's losses."""
     from qbnb_jax._device import classwise
 
     monkeypatch.setattr(_kernels, "CLASS_ORDER_MAX_LENGTH", 64)
     assert classwise.CLASS_ORDER_MAX_LENGTH > 64  # the setting this lowers
-    rng = np.random.default_rng(weight)
+    assert 25 < _kernels.CLASS_ORDER_FROM_LONG <= 40
+    rng = np.random.default_rng(classes + weight)
     n = 300
     X = np.round(rng.normal(size=(n, 3)), 1)
     X[:, 0] = np.arange(n)
     w = rng.integers(1, 3, n) * weight if weight else None
-    problem = make_problem(X, rng.integers(0, 25, n), task="classification", sample_weight=w)
+    problem = make_problem(X, rng.integers(0, classes, n), task="classification",
+                           sample_weight=w)
     f0, f, _, _, cuts = random_rows(rng, problem, 12, 4)
     zeros, ends = np.zeros_like(f0), np.full_like(f0, n)
     cuts = np.clip(cuts, 0, n)
     with jax.enable_x64(True):
         data = SweepData.from_problem(problem)
-        assert _kernels.uses_class_order(data) == bool(weight)
-        assert _kernels.sweeps_class_lanes(data) == (not weight)
+        taken = ("class order" if _kernels.uses_class_order(data) else
+                 "lanes" if _kernels.sweeps_class_lanes(data) else
+                 "channels-major" if _kernels.sweeps_channels_major(data) else "other")
+        assert taken == sweep
         pre, suf = sweep_full(data, zeros, f0, f, cuts)
     assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
 

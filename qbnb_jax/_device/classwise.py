@@ -46,13 +46,18 @@ from qbnb_jax._device.parallel import run_all
 # C-count sweeps' grows with C: measured with 4 cuts a full row and 8 a window
 # (n = 4e3 to 1e4), they break even near 12 to 16 classes.
 CLASS_ORDER_FROM = 20
-# Longer orders of counts of 0 or 1 of fewer than 31 classes take the class lanes
-# (`kernels._class_lane_rows`, one code a sample) instead: this sweep's (position, row,
-# column) intermediates outgrow the caches and its gather dominates. Measured at depth
-# 2 (p = 10): 20 classes, n = 2e4 and 5e4, 0.36 -> 0.29 s and 1.44 -> 0.99 s; 30
-# classes, n = 1e5, p = 20 (`synth-class30-large`), 7.1 -> 5.9 s; at n = 1e4 the two
-# are even (20 classes) or this sweep is faster (30 classes, 0.11 against 0.19 s).
+# On orders longer than CLASS_ORDER_MAX_LENGTH this sweep's (position, row, column)
+# intermediates outgrow the caches and its gather dominates, so there it takes counts
+# of CLASS_ORDER_FROM_LONG classes or more only; fewer take the class lanes (counts of
+# 0 or 1 of fewer than 31 classes, one code a sample) or the channels-major walk.
+# Measured at depth 2, p = 10 unless said: unit counts of 20 classes, n = 2e4 and 5e4,
+# 0.36 -> 0.29 s and 1.44 -> 0.99 s; 30 classes, n = 1e5, p = 20
+# (`synth-class30-large`), 7.1 -> 5.9 s; bootstrap counts at n = 5e4, 20 and 30
+# classes 1.04 -> 0.46 s and 1.03 -> 0.77 s, while with 40 and 60 classes this sweep
+# stays faster (1.01 against 1.82 and 2.63 s). At n = 1e4 the two are even (20 classes)
+# or this sweep is faster (30 classes, 0.11 against 0.19 s).
 CLASS_ORDER_MAX_LENGTH = 16384
+CLASS_ORDER_FROM_LONG = 36
 
 
 def class_tables(stats: np.ndarray, perm: np.ndarray, layout_of: np.ndarray, bucket: int,

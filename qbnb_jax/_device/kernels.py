@@ -38,6 +38,7 @@ from jaxtyping import Array, Bool, Int, Shaped
 
 from qbnb_jax._device.classwise import (
     CLASS_ORDER_FROM,
+    CLASS_ORDER_FROM_LONG,
     CLASS_ORDER_MAX_LENGTH,
     class_order_scores,
     class_tables,
@@ -223,7 +224,8 @@ class SweepData(eqx.Module):
                      and all(pr.stats.max(initial=0) <= 1 for pr in problems))
         class_order = (first.loss_kind == "count" and first.n_channels >= CLASS_ORDER_FROM
                        and plan == "sequential" and n_pad < BLOCKED_FROM
-                       and not (codes_fit and n_pad > CLASS_ORDER_MAX_LENGTH))
+                       and (n_pad <= CLASS_ORDER_MAX_LENGTH
+                            or first.n_channels >= CLASS_ORDER_FROM_LONG))
         lane_codes = codes_fit and not class_order
         if stat_tables is not None:
             tables = dict(stat_tables)
