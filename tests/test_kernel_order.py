@@ -242,25 +242,34 @@ def test_class_lane_sweep_equals_the_row_sweep(classes, weight, K, n):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def sweep_many_classes(classes: int, weight: int, seed: int) -> SweepData:
+    """Full sweeps of random rows of a 300-sample problem of `classes` classes (integer
+    weights 1 or 2 times `weight`, or none) checked against the reference; its data."""
+    rng = np.random.default_rng(seed)
+    n = 300
+    X = np.round(rng.normal(size=(n, 3)), 1)
+    X[:, 0] = np.arange(n)
+    w = rng.integers(1, 3, n) * weight if weight else None
+    problem = make_problem(X, rng.integers(0, classes, n), task="classification",
+                           sample_weight=w)
+    f0, f, _, _, cuts = random_rows(rng, problem, 12, 4)
+    zeros, ends = np.zeros_like(f0), np.full_like(f0, n)
+    cuts = np.clip(cuts, 0, n)
+    with jax.enable_x64(True):
+        data = SweepData.from_problem(problem)
+        pre, suf = sweep_full(data, zeros, f0, f, cuts)
+    assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
+    return data
+
+
 @pytest.mark.parametrize("classes", [30, 31, 40])
 def test_unit_counts_of_many_classes_sweep_right_without_class_order(monkeypatch, classes):
     """`root_code` holds a class in CLASS_CODE_BITS bits (one value marks no weight):
     counts of more classes than that take another sweep, whatever CLASS_ORDER_FROM
     says (raised here, so that the class order does not take them first)."""
     monkeypatch.setattr(_kernels, "CLASS_ORDER_FROM", 10**6)
-    rng = np.random.default_rng(classes)
-    n = 300
-    X = np.round(rng.normal(size=(n, 3)), 1)
-    X[:, 0] = np.arange(n)
-    problem = make_problem(X, rng.integers(0, classes, n), task="classification")
-    f0, f, _, _, cuts = random_rows(rng, problem, 12, 4)
-    zeros, ends = np.zeros_like(f0), np.full_like(f0, n)
-    cuts = np.clip(cuts, 0, n)
-    with jax.enable_x64(True):
-        data = SweepData.from_problem(problem)
-        assert (data.root_code.size > 0) == (classes < _kernels.CLASS_CODE_NONE)
-        pre, suf = sweep_full(data, zeros, f0, f, cuts)
-    assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
+    data = sweep_many_classes(classes, 0, seed=classes)
+    assert (data.root_code.size > 0) == (classes < _kernels.CLASS_CODE_NONE)
 
 
 @pytest.mark.parametrize("classes, weight, sweep", [
@@ -276,24 +285,11 @@ def test_long_orders_of_many_classes_take_their_sweeps(monkeypatch, classes, wei
     monkeypatch.setattr(_kernels, "CLASS_ORDER_MAX_LENGTH", 64)
     assert classwise.CLASS_ORDER_MAX_LENGTH > 64  # the setting this lowers
     assert 25 < _kernels.CLASS_ORDER_FROM_LONG <= 40
-    rng = np.random.default_rng(classes + weight)
-    n = 300
-    X = np.round(rng.normal(size=(n, 3)), 1)
-    X[:, 0] = np.arange(n)
-    w = rng.integers(1, 3, n) * weight if weight else None
-    problem = make_problem(X, rng.integers(0, classes, n), task="classification",
-                           sample_weight=w)
-    f0, f, _, _, cuts = random_rows(rng, problem, 12, 4)
-    zeros, ends = np.zeros_like(f0), np.full_like(f0, n)
-    cuts = np.clip(cuts, 0, n)
-    with jax.enable_x64(True):
-        data = SweepData.from_problem(problem)
-        taken = ("class order" if _kernels.uses_class_order(data) else
-                 "lanes" if _kernels.sweeps_class_lanes(data) else
-                 "channels-major" if _kernels.sweeps_channels_major(data) else "other")
-        assert taken == sweep
-        pre, suf = sweep_full(data, zeros, f0, f, cuts)
-    assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
+    data = sweep_many_classes(classes, weight, seed=classes + weight)
+    taken = ("class order" if _kernels.uses_class_order(data) else
+             "lanes" if _kernels.sweeps_class_lanes(data) else
+             "channels-major" if _kernels.sweeps_channels_major(data) else "other")
+    assert taken == sweep
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.float64])

@@ -218,15 +218,14 @@ class SweepData(eqx.Module):
         # Bucketed problem counts share compiled kernels; padding problems stay zero.
         layout_of = np.concatenate([np.asarray(layout_of, dtype=np.int32),
                                     np.zeros(bucket - count, np.int32)])
-        codes_fit = (first.loss_kind == "count" and not binary and not field_bits
-                     and plan == "sequential" and n_pad < BLOCKED_FROM
-                     and first.n_channels < CLASS_CODE_NONE
-                     and all(pr.stats.max(initial=0) <= 1 for pr in problems))
         class_order = (first.loss_kind == "count" and first.n_channels >= CLASS_ORDER_FROM
                        and plan == "sequential" and n_pad < BLOCKED_FROM
                        and (n_pad <= CLASS_ORDER_MAX_LENGTH
                             or first.n_channels >= CLASS_ORDER_FROM_LONG))
-        lane_codes = codes_fit and not class_order
+        lane_codes = (first.loss_kind == "count" and not binary and not field_bits
+                      and not class_order and plan == "sequential" and n_pad < BLOCKED_FROM
+                      and first.n_channels < CLASS_CODE_NONE
+                      and all(pr.stats.max(initial=0) <= 1 for pr in problems))
         if stat_tables is not None:
             tables = dict(stat_tables)
         else:
@@ -314,6 +313,8 @@ def _prefix_sums(a: np.ndarray, out: np.ndarray) -> None:
         np.copyto(block, a[:, :, k0:k1])
         block[:, :, 0] += out[:, :, k0]
         np.cumsum(block, axis=2, out=block)
+
+
 PLANS = ("sequential", "parallel")
 
 
@@ -538,11 +539,10 @@ def class_lane_codes(stats: list[np.ndarray], rank: np.ndarray, layout_of: np.nd
     """`SweepData.root_code` `(bucket, p, n_pad)` of class counts `stats` (each
     `(n, C)`, every entry 0 or 1) laid out by `rank[layout_of[i]]` `(L, p, n_pad)`."""
     _, p, n_pad = rank.shape
-    none = CLASS_CODE_NONE
     codes = aligned_zeros((bucket, p, n_pad), np.int32)  # used in place by device_put
     for i, one in enumerate(stats):
-        label = np.full(n_pad, none, np.int32)
-        label[: len(one)] = np.where(one.any(axis=1), one.argmax(axis=1), none)
+        label = np.full(n_pad, CLASS_CODE_NONE, np.int32)
+        label[: len(one)] = np.where(one.any(axis=1), one.argmax(axis=1), CLASS_CODE_NONE)
         codes[i] = (rank[layout_of[i]] << CLASS_CODE_BITS) | label[None, :]
     return codes
 
@@ -1198,7 +1198,7 @@ def _class_lane_rows(
         codes = data.root_code[problem[:, None], f0[:, None], data.perm[lay, f]]  # (R, n)
         xs = (jnp.transpose(codes), valid)
         label = jnp.arange(C, dtype=jnp.int32)[:, None]
-        class_bits = CLASS_CODE_NONE
+        class_bits = (1 << CLASS_CODE_BITS) - 1
 
         def sample_of(x):
             code, ok = x
@@ -1525,8 +1525,8 @@ def _sse_chunked(read: Callable[[Array], Array], n: int, keys: Array, valid: Arr
     `valid` `(n,)`."""
     U = SSE_CHUNK
     S, K, Q = lane_cuts.shape
-    C, _ = jax.eval_shape(read, jnp.int32(0)).shape
-    dtype = jax.eval_shape(read, jnp.int32(0)).dtype
+    one = jax.eval_shape(read, jnp.int32(0))
+    (C, _), dtype = one.shape, one.dtype
     zero = jnp.zeros((), dtype)
     m = -(-n // U)
     # root positions past the end: whole chunks for the first pass, whole windows for
