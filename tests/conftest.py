@@ -27,6 +27,7 @@ import pathlib
 import sys
 
 import jax
+import pytest
 
 _CACHE = pathlib.Path(__file__).resolve().parents[1] / ".jax_cache"
 jax.config.update("jax_compilation_cache_dir", os.environ.get("QBNB_JAX_CACHE", str(_CACHE)))
@@ -52,3 +53,13 @@ def pytest_collection_modifyitems(config, items):
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
+
+@pytest.fixture
+def sequential_plan(monkeypatch):
+    """The sequential plan (a CPU's) for tests of its kernels and of the paths it
+    chooses (`execution_plan`); tests of the parallel plan set that themselves. Then a
+    run on an accelerator, whose default plan is the parallel one, checks the kernels
+    each test names, and `QBNB_JAX_PLAN=parallel python -m pytest` on a CPU runs
+    every other test on the parallel plan."""
+    monkeypatch.setenv("QBNB_JAX_PLAN", "sequential")

@@ -100,6 +100,7 @@ def test_cross_validation_folds_depth3():
         assert_same(res, alone, "classification", "depth 3")
 
 
+@pytest.mark.usefixtures("sequential_plan")  # its paths are that plan's
 @pytest.mark.parametrize(("task", "kind"), [("regression", 1), ("regression", 2),
                                           ("classification", 2), ("classification", 3),
                                           ("classification", 5)])
@@ -133,6 +134,7 @@ def test_float_sums_share_the_layout_bit_for_bit(task, kind, monkeypatch):
             assert_same(res, alone, task, f"depth={depth} i={i}")
 
 
+@pytest.mark.usefixtures("sequential_plan")  # its paths are that plan's
 @pytest.mark.parametrize("targets", [1, 2])
 def test_regression_lanes_equal_one_by_one(targets, monkeypatch):
     """Regression batches of GRID_MIN_PROBLEMS or more keep the shared layout and sweep
@@ -199,6 +201,7 @@ def test_many_class_counts_sweep_their_own_samples(n_classes, monkeypatch):
     assert calls, "the batch swept its problems' own samples"
 
 
+@pytest.mark.usefixtures("sequential_plan")  # its paths are that plan's
 @pytest.mark.parametrize("n_classes", [3, 5])
 def test_few_class_counts_sweep_in_grid_lanes(n_classes, monkeypatch):
     """Bootstrap counts of a few classes keep the shared layout and sweep in

@@ -17,6 +17,9 @@ from qbnb_jax._device import kernels as _kernels
 from qbnb_jax._device.kernels import SweepData, sweep_full, sweep_windowed, uses_class_order
 from qbnb_jax._problem.data import make_problem
 
+# the class-ordered sweeps are the sequential plan's (conftest.py)
+pytestmark = pytest.mark.usefixtures("sequential_plan")
+
 
 @pytest.fixture
 def class_order_always(monkeypatch):

@@ -17,6 +17,9 @@ from qbnb_jax._problem.host import (
 )
 from qbnb_jax._search.search import depth2_splits
 
+# `sweep_grid` serves the sequential plan (conftest.py)
+pytestmark = pytest.mark.usefixtures("sequential_plan")
+
 
 def shared_batch(seed: int, n: int, p: int, P: int, n_classes: int = 2, scale: int = 1):
     rng = np.random.default_rng(seed)

@@ -37,17 +37,13 @@ from qbnb_jax._device.limits import limit_data, sweep_limited
 from qbnb_jax._problem.data import as_targets, make_problem, reweighted_samples
 from qbnb_jax._problem.leaf_limits import LeafLimits
 
+# the sequential plan unless a test asks for the parallel one (conftest.py)
+pytestmark = pytest.mark.usefixtures("sequential_plan")
+
 
 # ---------------------------------------------------------------------------------------
 # the reference: the best stump of a sample set, from its definition
 # ---------------------------------------------------------------------------------------
-@pytest.fixture(autouse=True)
-def sequential_plan(monkeypatch):
-    """The sequential plan's kernels unless a test asks for the parallel plan's, so a
-    run on any backend checks the kernels each test names."""
-    monkeypatch.setenv("QBNB_JAX_PLAN", "sequential")
-
-
 def set_loss(total: np.ndarray, loss_kind: str) -> float:
     """Loss of a constant leaf from the summed stat vector of its samples."""
     if loss_kind == "sse":  # [w, w y_1..m, w |y|^2]
@@ -511,6 +507,10 @@ def test_kernels_reduce_and_scatter_only_order_free(monkeypatch, plan):
             seen.add(prim)
             if prim == "reduce":
                 assert _is_commutative(eqn), f"{name}: lax.reduce with a non-commutative combine"
+            if prim == "reduce_sum":
+                dtype = eqn.outvars[0].aval.dtype
+                assert jnp.issubdtype(dtype, jnp.integer), (
+                    f"{name}: a float reduce_sum, grouped as XLA chooses per shape")
             if prim.startswith("scatter"):
                 dtype = eqn.outvars[0].aval.dtype
                 assert prim == "scatter-add" and jnp.issubdtype(dtype, jnp.integer), (

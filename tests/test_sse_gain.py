@@ -44,6 +44,7 @@ def hard_problem(seed: int, n: int, targets: int, weighted: bool):
     return make_problem(X, y if targets > 1 else y[:, 0], task="regression", sample_weight=w)
 
 
+@pytest.mark.usefixtures("sequential_plan")  # its paths are that plan's
 @pytest.mark.parametrize("seed, targets, weighted", [(0, 1, False), (1, 1, True), (2, 2, True)])
 def test_gain_losses_match_extended_precision(monkeypatch, seed, targets, weighted):
     """The row sweep's losses (gain form) against extended-precision sums: off by no

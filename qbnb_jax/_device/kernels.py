@@ -641,7 +641,8 @@ def _score(data: SweepData, left: Array, total_scan: Array) -> Array:
     if data.loss_kind == "sse":  # loss = S2 - |S1_l|^2/S0_l - |S1_r|^2/S0_r
         def explained(part):
             s0 = part[..., 0]
-            return jnp.where(s0 > 0, jnp.sum(part[..., 1:] ** 2, -1) / jnp.where(s0 > 0, s0, 1), 0)
+            squares = _ordered_sum(part[..., 1:] ** 2)
+            return jnp.where(s0 > 0, squares / jnp.where(s0 > 0, s0, 1), 0)
         return explained(left) + explained(right)
     if data.field_bits:
         left, right = _unpack(data, left), _unpack(data, right)
@@ -651,11 +652,24 @@ def _score(data: SweepData, left: Array, total_scan: Array) -> Array:
 def _loss_from_score(data: SweepData, totals: Array, score: Array) -> Array:
     """Stump loss from the set's summed stat vector `(K, C)` and its best score `(K,)`."""
     if data.binary:
-        loss = jnp.sum(totals, axis=-1) - score.astype(totals.dtype)
+        loss = _ordered_sum(totals) - score.astype(totals.dtype)
         return loss // 2 if jnp.issubdtype(loss.dtype, jnp.integer) else loss / 2
     if data.loss_kind == "sse":
         return totals[..., -1] - score
-    return jnp.sum(totals, axis=-1) - score.astype(totals.dtype)
+    return _ordered_sum(totals) - score.astype(totals.dtype)
+
+
+def _ordered_sum(x: Array) -> Array:
+    """The sum over x's last axis, first entry to last, as adds the program fixes.
+
+    `jnp.sum` is a reduction whose grouping XLA chooses per compiled shape (and per
+    backend): float sums of a set's channels then came out a few ulps apart between
+    calls with other rows beside them, so a problem's losses in a batch were not its
+    solve's. docs/design.md, "Exact on every backend"."""
+    total = x[..., 0]
+    for c in range(1, x.shape[-1]):
+        total = total + x[..., c]
+    return total
 
 
 def _best_scores(data: SweepData, left: Array, total_scan: Array, valid: Array) -> Array:
@@ -749,10 +763,7 @@ def _blocked_full_row(
     lay = data.layout_of[i]
     key = _root_positions(data, lay, f0, f)
     scan = data.sorted_scan[i, f]
-    inside = key[None, :] < cuts[:, None]  # fused into the reduction, never stored
-    pre_scan = jnp.sum(jnp.where(inside[..., None], scan[None], 0), axis=1)
     full = data.full_scan[i, f, 1:]
-    suf_scan = full[-1][None] - pre_scan
     blocks = n // FULL_BLOCK
     xs = (
         key.reshape(blocks, FULL_BLOCK),
@@ -761,11 +772,21 @@ def _blocked_full_row(
         data.cut_valid[lay, f, 1:].reshape(blocks, FULL_BLOCK),
     )
 
+    def prefix_block(acc, key_b, scan_b):  # (B, K, S) prefix sums, from acc on
+        contrib = jnp.where((key_b[:, None] < cuts[None, :])[..., None], scan_b[:, None], 0)
+        return acc[None] + _cumsum(contrib.astype(acc.dtype), axis=0)
+
+    # the prefix sets' totals: the same sums the second pass ends with (a reduction's
+    # grouping of floats would be XLA's choice)
+    zero = jnp.zeros((cuts.shape[0], S), scan.dtype)
+    pre_scan, _ = jax.lax.scan(lambda acc, b: (prefix_block(acc, b[0], b[1])[-1], None),
+                               zero, xs[:2])
+    suf_scan = full[-1][None] - pre_scan
+
     def body(carry, block):
         acc, best_pre, best_suf = carry
         key_b, scan_b, full_b, valid_b = block
-        contrib = jnp.where((key_b[:, None] < cuts[None, :])[..., None], scan_b[:, None], 0)
-        left = acc[None] + _cumsum(contrib.astype(acc.dtype), axis=0)  # (B, K, S)
+        left = prefix_block(acc, key_b, scan_b)
         score_pre = _score(data, left, pre_scan)
         score_suf = _score(data, full_b[:, None] - left, suf_scan)
         low = jnp.asarray(jnp.iinfo(score_pre.dtype).min
@@ -775,7 +796,6 @@ def _blocked_full_row(
         best_suf = jnp.maximum(best_suf, jnp.max(jnp.where(valid_b[:, None], score_suf, low), 0))
         return (left[-1], best_pre, best_suf), None
 
-    zero = jnp.zeros_like(pre_scan)
     at_zero_pre = _score(data, zero[None], pre_scan)[0]
     at_zero_suf = _score(data, zero[None], suf_scan)[0]
     (_, prefix, suffix), _ = jax.lax.scan(body, (zero, at_zero_pre, at_zero_suf), xs)

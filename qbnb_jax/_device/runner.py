@@ -22,6 +22,7 @@ from qbnb_jax._device.kernels import (
     WALK_BLOCK,
     SweepData,
     count_bucket,
+    padded_length,
     scans_own_length,
     sweep_full,
     sweep_full_within,
@@ -206,6 +207,11 @@ def _grid_width(group: np.ndarray, r: np.ndarray, rows_of_tuple: np.ndarray, K: 
     return best_cost, best_width
 
 
+def _padded_lengths(counts) -> np.ndarray | None:
+    """`padded_length` of each sample count, None for None."""
+    return None if counts is None else np.array([padded_length(int(n)) for n in counts])
+
+
 def pow2_at_least(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
@@ -275,12 +281,17 @@ class GridPlan(NamedTuple):
 class KernelRunner:
     """Runs sweeps for one problem and accounts for compile and run time."""
 
-    def __init__(self, problem: Problem, data: SweepData | None = None):
+    def __init__(self, problem: Problem, data: SweepData | None = None,
+                 sample_counts: np.ndarray | None = None):
         self.problem = problem
         self.data = SweepData.from_problem(problem) if data is None else data
         self.counters = Counters()
         self.problem_index = 0  # sweeps without a `problem` argument use this problem
         self._data_key = self._key_of(self.data)
+        # (problems of data,) the padded length of each problem's own samples: kernel
+        # choices that change how float sums group their terms depend on these alone,
+        # never on a batch's padding (`_own_length`)
+        self._own_lengths = _padded_lengths([problem.n] if data is None else sample_counts)
 
     @staticmethod
     def _key_of(data: SweepData) -> tuple:
@@ -305,6 +316,7 @@ class KernelRunner:
                                              count_base=count_base,
                                              chunks=chunks)
         child._problem_lengths = np.array([pr.n for pr in problems])
+        child._own_lengths = _padded_lengths(child._problem_lengths)
         child._data_key = self._key_of(child.data)
         child._limit_data = None  # built for this data when asked for
         child._compact_problems = problems
@@ -317,6 +329,7 @@ class KernelRunner:
         child.data = data
         child._data_key = self._key_of(data)
         child._problem_lengths = child._compact_problems = child._limit_data = None
+        child._own_lengths = None
         return child
 
     def for_problem(self, index: int, problem: Problem) -> KernelRunner:
@@ -326,6 +339,18 @@ class KernelRunner:
         child.problem = problem
         child.problem_index = index
         return child
+
+    def _own_length(self, problem: np.ndarray) -> np.ndarray | int:
+        """The padded length of each row's problem alone (`padded_length` of its own
+        samples), where known; else the data's.
+
+        Windows choose between the in-place and the gathered sweep by it. On the
+        parallel plan the two group float sums differently (a log-depth scan over the
+        window's samples or over all positions), so a choice by the data's length
+        would give a problem other last bits in a batch (padded to its largest
+        problem) than alone."""
+        own = self.__dict__.get("_own_lengths")
+        return self.data.length if own is None else own[problem]
 
     def _rows_of(self, problem, rows: int) -> np.ndarray:
         return np.full(rows, self.problem_index, np.int32) if problem is None else problem
@@ -733,10 +758,9 @@ class KernelRunner:
         problem = self._rows_of(problem, len(f0))
         pre = np.empty(cuts.shape)
         suf = np.empty(cuts.shape)
-        n = self.data.length
         bucket = np.array([max(16, _pow4_at_least(w)) for w in hi - lo], dtype=np.int64)
-        wide = bucket * GATHER_SHARE > n
-        groups = [("windowed", sweep_windowed, n, wide, {})]
+        wide = bucket * GATHER_SHARE > self._own_length(problem)
+        groups = [("windowed", sweep_windowed, self.data.length, wide, {})]
         for length in np.unique(bucket[~wide]):
             rows = ~wide & (bucket == length)
             groups.append(("gathered", sweep_gathered, int(length), rows, {"length": int(length)}))

@@ -397,7 +397,8 @@ def _solve_problems(batch: _Batch, depth: int, options: SearchOptions) -> list[S
     with jax.enable_x64(True):
         data = SweepData.from_problems(layouts, device_view, list(layout_of),
                                        stat_tables=batch.stat_tables)
-        runner = KernelRunner(device_view[0], data)
+        runner = KernelRunner(device_view[0], data,
+                              sample_counts=[pr.n for pr in device_view])
         if batch.own is not None:
             runner = _OwnPositions(runner, seen)
         if depth <= 2:
