@@ -19,9 +19,8 @@ def random_inputs(seed: int, N: int, p: int, integer: bool):
     pa, pb, sa, sb = losses(), losses(), losses(), losses()
     width = rng.integers(0, 12, N).astype(float) if integer else rng.uniform(0, 12, N)
     limit = rng.integers(10, 50, N).astype(float)
-    strict = rng.random(N) < 0.5
     keep_left, keep_right = rng.random((N, p)) < 0.8, rng.random((N, p)) < 0.8
-    return PairInputs(pa, pb, sa, sb, width, limit, strict), keep_left, keep_right
+    return PairInputs(pa, pb, sa, sb, width, limit), keep_left, keep_right
 
 
 @pytest.mark.parametrize("integer", [True, False])

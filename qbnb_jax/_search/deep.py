@@ -421,7 +421,7 @@ class DeepSearch(Search):
         """How far above `U - floor` a side's cutoff is set (docs/design.md, "Deep
         routes"): 0 for integer counts; for floats three times the tolerance, so that a
         side stopped at its cutoff (bound: cutoff less its own tolerance) still rules
-        out every piece it bounds with the floor, `floor + bound > U + tol`."""
+        out every piece it bounds with the floor, `floor + bound > U + tol > U`."""
         return 3.0 * float(self.incumbents.tolerance(0))
 
     def work_order(self, swept: list[np.ndarray]) -> list[list[tuple[int, int, int]]]:

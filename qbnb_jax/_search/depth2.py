@@ -512,10 +512,9 @@ class Depth2Search:
         piece_lb = pieces.lower_bound.copy()
         ti, tj = np.nonzero(pieces.alive)
         q = pr[ti]
-        limit, strict = self.incumbents.improvement_limit(q)
         outcome = pair_bounds(
             PairInputs(pa[ti, tj], pb[ti, tj], sa[ti, tj], sb[ti, tj], width[ti, tj],
-                       limit, strict),
+                       self.incumbents.value[q]),
             keep1[ti, tj], keep2[ti, tj])
         keep1[ti, tj], keep2[ti, tj] = outcome.keep_left, outcome.keep_right
         piece_lb[ti, tj] = np.maximum(piece_lb[ti, tj], outcome.least)
@@ -619,10 +618,9 @@ def shrink_pieces(slack_left: np.ndarray, incumbents: Incumbents, problem: np.nd
     q2 = problem[:, None]
     w_left = slack_left[q2, root[:, None], pieces.lo]
     width = slack_left[q2, root[:, None], pieces.hi] - w_left
-    slackness = incumbents.tolerance(q2)  # 0 for exact counts
     incumbent = incumbents.value[q2]
-    x_low = bounds.prefix_lo + bounds.suffix_lo - incumbent - slackness  # need x > x_low
-    x_high = incumbent + slackness - bounds.prefix_hi - bounds.suffix_hi + width  # x < x_high
+    x_low = bounds.prefix_lo + bounds.suffix_lo - incumbent  # need x > x_low
+    x_high = incumbent - bounds.prefix_hi - bounds.suffix_hi + width  # need x < x_high
     child_lo, child_hi = pieces.child_lo.copy(), pieces.child_hi.copy()
     ti, tj = np.nonzero(pieces.alive)
     if len(ti) == 0:
@@ -630,22 +628,13 @@ def shrink_pieces(slack_left: np.ndarray, incumbents: Incumbents, problem: np.nd
     n_rows, p, width_t = slack_left.shape
     table = slack_left.reshape(n_rows * p, width_t)
     rows = problem[ti] * p + root[ti]
-    strict = incumbents.exact[problem[ti]]
-    # Strict inequalities for exact counts, non-strict within the tolerance. Only the
-    # piece's own thresholds are searched: an answer outside them leaves the piece
-    # whole or empty either way.
+    # Strict inequalities: a tie cannot improve (docs/design.md, "Regression tolerance
+    # rule"). Only the piece's own thresholds are searched: an answer outside them
+    # leaves the piece whole or empty either way.
     lo_value, hi_value = w_left[ti, tj] + x_low[ti, tj], w_left[ti, tj] + x_high[ti, tj]
     window = pieces.lo[ti, tj], pieces.hi[ti, tj] + 1
-
-    def search(values: np.ndarray, strict_side: str, loose_side: str) -> np.ndarray:
-        if strict.all() or not strict.any():  # one kind of problem: one search
-            return row_searchsorted(table, rows, values,
-                                    strict_side if strict.all() else loose_side, *window)
-        return np.where(strict, row_searchsorted(table, rows, values, strict_side, *window),
-                        row_searchsorted(table, rows, values, loose_side, *window))
-
-    first = search(lo_value, "right", "left")
-    last = search(hi_value, "left", "right") - 1
+    first = row_searchsorted(table, rows, lo_value, "right", *window)
+    last = row_searchsorted(table, rows, hi_value, "left", *window) - 1
     child_lo[ti, tj] = np.maximum(child_lo[ti, tj], first)
     child_hi[ti, tj] = np.minimum(child_hi[ti, tj], last)
     return child_lo, child_hi

@@ -18,8 +18,7 @@ to compute this:
   a prefix minimum over f2 sorted by `sb`, found by binary search with the same
   floating-point expressions the dense form evaluates.
 
-`can_beat(x)` below is the incumbent test, monotone (true for small x): `x < limit`
-for exact losses, `x <= limit` otherwise.
+`can_beat(x)` below is the incumbent test, monotone (true for small x): `x < limit`.
 """
 
 from __future__ import annotations
@@ -44,8 +43,7 @@ class PairInputs(NamedTuple):
     sa: np.ndarray  # (N, p) suffix-side loss at the low end
     sb: np.ndarray  # (N, p) ... at the high end
     width: np.ndarray  # (N,) the piece's slack W
-    limit: np.ndarray  # (N,) the incumbent test's threshold
-    strict: np.ndarray  # (N,) bool: `x < limit` (exact losses), else `x <= limit`
+    limit: np.ndarray  # (N,) the incumbent: a pair bound below it can beat it
 
 
 class PairOutcome(NamedTuple):
@@ -62,13 +60,13 @@ def pair_bounds(inputs: PairInputs, keep_left: np.ndarray, keep_right: np.ndarra
     return dense_pair_bounds(inputs, keep_left, keep_right)
 
 
-def _can_beat(x: np.ndarray, limit: np.ndarray, strict: np.ndarray) -> np.ndarray:
-    return np.where(strict, x < limit, x <= limit)
+def _can_beat(x: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    return x < limit
 
 
 def dense_pair_bounds(inputs: PairInputs, keep_left: np.ndarray, keep_right: np.ndarray
                       ) -> PairOutcome:
-    pa, pb, sa, sb, width, limit, strict = inputs
+    pa, pb, sa, sb, width, limit = inputs
     N, p = pa.shape
     out_left = np.empty_like(keep_left)
     out_right = np.empty_like(keep_right)
@@ -78,7 +76,7 @@ def dense_pair_bounds(inputs: PairInputs, keep_left: np.ndarray, keep_right: np.
         b = slice(b0, b0 + step)
         pair = np.maximum(pa[b][:, :, None] + sb[b][:, None, :],
                           pb[b][:, :, None] + sa[b][:, None, :] - width[b][:, None, None])
-        ok = (_can_beat(pair, limit[b][:, None, None], strict[b][:, None, None])
+        ok = (_can_beat(pair, limit[b][:, None, None])
               & keep_left[b][:, :, None] & keep_right[b][:, None, :])
         out_left[b], out_right[b] = ok.any(axis=2), ok.any(axis=1)
         least[b] = pair.min(axis=(1, 2))
@@ -127,11 +125,11 @@ def _keep_side(own_first: np.ndarray, own_second: np.ndarray, other_first: np.nd
 
 def sorted_pair_bounds(inputs: PairInputs, keep_left: np.ndarray, keep_right: np.ndarray
                        ) -> PairOutcome:
-    pa, pb, sa, sb, width, limit, strict = inputs
-    limit, strict, w = limit[:, None], strict[:, None], width[:, None]
+    pa, pb, sa, sb, width, limit = inputs
+    limit, w = limit[:, None], width[:, None]
 
     def passes(x):
-        return _can_beat(x, limit, strict)
+        return _can_beat(x, limit)
 
     # left f1: partners f2 pass pa[f1] + sb[f2] and (pb[f1] + sa[f2]) - W
     left = keep_left & _keep_side(

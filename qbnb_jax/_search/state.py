@@ -79,7 +79,7 @@ class Incumbents:
         self.value = np.empty(n_problems)  # (n_problems,) objective of the best tree found
         self.value[:] = cutoff
         self.lower_bound = np.full(n_problems, -np.inf)  # (n_problems,) proved; -inf: not yet
-        # (n_problems,) integer counts: incumbents are achieved, ties need not be kept
+        # (n_problems,) integer counts: exact losses, no tolerance
         self.exact = np.array([pr.loss_kind == "count" for pr in problems], dtype=bool)
         self.atol = np.array([absolute_tolerance(pr) for pr in problems])  # (n_problems,)
         # (n_problems, 4) (f0, t, f1, f2) of a depth-2 incumbent found by the frontier
@@ -96,16 +96,14 @@ class Incumbents:
         return np.where(self.exact[q], 0.0, RTOL * np.abs(self.value[q]) + self.atol[q])
 
     def can_improve(self, lower, q):
-        """True where a lower bound does not rule out beating problem q's incumbent."""
-        inc = self.value[q]
-        return np.where(self.exact[q], lower < inc, lower <= inc + self.tolerance(q))
+        """True where a lower bound does not rule out beating problem q's incumbent.
 
-    def improvement_limit(self, q) -> tuple[np.ndarray, np.ndarray]:
-        """`(limit, strict)`: `can_improve(lower, q)` is `lower < limit` where strict,
-        else `lower <= limit` (the same floats)."""
-        inc = self.value[q]
-        exact = self.exact[q]
-        return np.where(exact, inc, inc + self.tolerance(q)), exact
+        A tie cannot improve, for float losses too: a computed bound is off its true
+        value by rounding far below the tolerance, so a piece pruned at `lower >= U`
+        holds no tree better than `U - tol`, the bound a finished search proves
+        (docs/design.md, "Regression tolerance rule"). Weighted classes tie often (a
+        few distinct weights); keeping the ties searched them all."""
+        return lower < self.value[q]
 
     def offer(self, q: int, value: float, splits) -> None:
         """A tree of problem q achieving `value`: its split spec, or a function that
