@@ -983,15 +983,16 @@ def sweeps_channels_major(data: SweepData) -> bool:
 
 def _walks_channels_major(plan: str, field_bits: int, binary: bool, loss_kind: str,
                           n_classes: int, length: int) -> bool:
-    """Regression sums, float class weights and many classes on the sequential plan at
-    any n (the walk gathers a block at a time); from BLOCKED_FROM on, where the lane
-    sweeps and the two-class reductions stop, every other kind too. For float weights
-    of a few classes the walk takes a third to a half of the vmapped `_full_row`'s
-    time (measured with class-balanced weights on bean, page, segment and fault)."""
+    """Regression sums, float class weights (two classes too) and many classes on the
+    sequential plan at any n (the walk gathers a block at a time); from BLOCKED_FROM
+    on, where the lane sweeps and the two-class reductions stop, every other kind too.
+    For float weights of a few classes the walk takes a third to a half of the vmapped
+    `_full_row`'s time (measured with class-balanced weights on bean, page, segment,
+    fault and bidding)."""
     if plan != "sequential" or field_bits:
         return False
     if binary:
-        return length >= BLOCKED_FROM
+        return length >= BLOCKED_FROM or loss_kind == "weighted"
     return (loss_kind in ("sse", "weighted") or n_classes >= CHANNELS_MAJOR_FROM_CLASSES
             or length >= BLOCKED_FROM)
 
