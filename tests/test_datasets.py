@@ -246,6 +246,31 @@ def test_bench_vs_appendix_route(tmp_path, capsys):
     assert "appendix route" in capsys.readouterr().err
 
 
+def test_bench_class_balanced_weights(tmp_path, capsys):
+    """`--weights balanced` solves the classification sets with class-balanced weights
+    (their objective is the weighted loss the library reports) and skips regression."""
+    import qbnb_jax
+
+    root = tmp_path / "data"
+    _write_fake_root(root)
+    rc = bench.main(["--data-dir", str(root), "--depth", "2", "--no-cold", "--repeat", "1",
+                     "--weights", "balanced", "--datasets", "toyc,toyr"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith("| ")]
+    assert len(lines) == 1 + 1 and "toyr: regression, skipped" in out
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    row = dict(zip(header, (c.strip() for c in lines[1].strip("|").split("|"))))
+    X, y, task = load_dataset(root, "toyc")
+    weighted = qbnb_jax.solve(X, y, task=task, depth=2, sample_weight=bench.balanced_weights(y))
+    assert row["objective"] == bench._fmt_obj(weighted.objective, task)
+    counts = np.bincount(np.unique(y, return_inverse=True)[1])
+    assert np.allclose(np.bincount(np.unique(y, return_inverse=True)[1],
+                                   weights=bench.balanced_weights(y)), len(y) / len(counts))
+    assert bench.main(["--data-dir", str(root), "--weights", "balanced", "--vs",
+                       "contree"]) == 2
+
+
 def test_bench_generated_problems_need_no_folder(tmp_path, capsys):
     from qbnb_jax.bench.synthetic import SYNTHETIC, load_synthetic
 

@@ -98,6 +98,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="compare regression objectives with an independent numpy brute "
                          "force and print the relative difference (depth 3: both on a "
                          f"random subsample of {SUBSAMPLE_D3} rows)")
+    ap.add_argument("--weights", default="none", choices=("none", "balanced"),
+                    help="sample weights of classification sets: none, or class-balanced "
+                         "(scikit-learn's class_weight='balanced', n / (classes x class "
+                         "count): fractional); regression sets are skipped with 'balanced'")
     ap.add_argument("--no-cold", action="store_true",
                     help="skip the fresh-process cold runs (cold s and compile s then come "
                          "from the first solve in this process, marked with *)")
@@ -168,10 +172,17 @@ class _CacheCounter:
 def _solve(X, y, task: str, args) -> tuple[float, Any]:
     from qbnb_jax import solve
 
+    weight = balanced_weights(y) if args.weights == "balanced" else None
     t0 = time.perf_counter()
     res = solve(X, y, task=task, depth=args.depth, bound=args.bound,
-                time_limit=args.time_limit, route=args.route)
+                time_limit=args.time_limit, route=args.route, sample_weight=weight)
     return time.perf_counter() - t0, res
+
+
+def balanced_weights(y: np.ndarray) -> np.ndarray:
+    """scikit-learn's `class_weight="balanced"` as sample weights: n / (C n_c)."""
+    _, codes, counts = np.unique(y, return_inverse=True, return_counts=True)
+    return (len(y) / (len(counts) * counts))[codes]
 
 
 def _appendix(X, y, task: str, args) -> dict[str, Any]:
@@ -250,7 +261,8 @@ def _cold_main(args) -> int:
 
 def _run_cold(name: str, root: Path | None, args) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "qbnb_jax.bench", "--_cold", name,
-           "--depth", str(args.depth), "--bound", args.bound, "--route", args.route]
+           "--depth", str(args.depth), "--bound", args.bound, "--route", args.route,
+           "--weights", args.weights]
     if root is not None:
         cmd += ["--data-dir", str(root)]
     if args.time_limit is not None:
@@ -342,7 +354,8 @@ def _environment(args) -> str:
     )
     return (f"{when}; {platform.node()}; {platform.machine()}, {os.cpu_count()} CPUs; "
             f"Python {platform.python_version()}; {jax_txt}; depth {args.depth}, "
-            f"bound {args.bound}, repeat {args.repeat}, time limit {args.time_limit}, "
+            f"bound {args.bound}, weights {args.weights}, repeat {args.repeat}, "
+            f"time limit {args.time_limit}, "
             f"persistent compilation cache: {cache}")
 
 
@@ -360,6 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (args.route == "appendix" or args.vs == "appendix") and (args.depth != 3
                                                                   or args.bound != "w0"):
         return _fail("the appendix route solves --depth 3 with --bound w0 only")
+    if args.weights != "none" and (args.vs is not None or args.check_regression):
+        return _fail("--weights balanced takes no --vs or --check-regression (ConTree takes "
+                     "no fractional weights; optima.json and the brute force are unweighted)")
 
     root = find_datasets_dir(args.data_dir)
     asked = [s.strip() for s in (args.datasets or "").split(",") if s.strip()]
@@ -408,6 +424,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         k = len(np.unique(y)) if task == "classification" else (1 if y.ndim == 1 else y.shape[1])
         row = {"dataset": name, "n": str(n), "p": str(p), "classes/targets": str(k)}
         _log(f"{name}: n={n} p={p} {task}")
+        if args.weights != "none" and task != "classification":
+            notes.append(f"{name}: regression, skipped (--weights {args.weights})")
+            continue
 
         # cold run in a fresh process (or in-process with --no-cold)
         cold: dict[str, Any]
@@ -451,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 notes.append(f"{name}: cold objective {cold['objective']!r} != warm {obj!r}")
             row["objective"] = _fmt_obj(obj, task)
             row["status"] = summary["status"]
-            want = optima.get(name)
+            want = optima.get(name) if args.weights == "none" else None  # unweighted optima
             runs = [summary] + ([cold] if cold and "error" not in cold else [])
             row["optimum"] = _optimum_cell(runs, want, task)
             if row["optimum"].startswith("MISMATCH"):
@@ -544,7 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes = list(dict.fromkeys(notes))  # the cold and warm runs may fail alike
     for note in notes:
         print(f"\nNote: {note}")
-    if optima:
+    if optima and args.weights == "none":
         checked = sum(r[headers.index("optimum")] != "-" for r in rows)
         print(f"\nChecked against optima.json: {checked} of {len(rows)} datasets, "
               f"{len(mismatches)} mismatch(es).")
