@@ -91,12 +91,17 @@ def ordered_problem(seed: int, n: int, p: int, kind: str):
         w = rng.uniform(0.1, 2.0, n)
         classes = 2 if kind == "weighted-2" else 3
         return make_problem(X, runs % classes, task="classification", sample_weight=w)
+    if kind == "class-weighted":  # one weight per class: the class lanes weigh counts
+        y = runs % 4
+        return make_problem(X, y, task="classification",
+                            sample_weight=rng.uniform(0.1, 2.0, 4)[y])
     y = np.where(np.arange(n) % 2, 1.0, -1.0) * rng.uniform(0.5, 2.0, n)
     return make_problem(X, np.stack([y, y * 0.5 + 1], 1) if kind == "sse-2" else y,
                         task="regression")
 
 
-KINDS = ["two-class", "multi-class", "weighted", "weighted-2", "sse", "sse-2"]
+KINDS = ["two-class", "multi-class", "weighted", "weighted-2", "class-weighted", "sse",
+         "sse-2"]
 BLOCKED_KINDS = KINDS[1:]  # integer two-class rows never take the blocked path
 
 
@@ -236,6 +241,38 @@ def test_class_lane_sweep_equals_the_row_sweep(classes, weight, K, n):
         short = _kernels.sweep_full_within(data, rows, f0, f, np.full_like(f0, n), cuts)
     for a, b in zip((*got, *short), (*want, *want)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("classes, K, n", [(3, 4, 150), (5, 1, 150), (7, 4, 129),
+                                             (12, 2, 200)])
+def test_class_weights_sweep_as_weighed_counts(classes, K, n):
+    """Float weights of one constant per class (`class_weight`) take the class lanes:
+    samples counted in integers, each count weighed by its class's weight in the score
+    (`class_scales`). The losses are the reference's to rounding; weights that vary
+    within a class (a bootstrap of them) keep the float walk."""
+    rng = np.random.default_rng(classes * K)
+    X = np.round(rng.normal(size=(n, 4)), 1)
+    X[:, 0] = np.arange(n)
+    y = np.repeat(np.arange(n), rng.integers(1, 4, n))[:n] % classes
+    per_class = rng.uniform(0.2, 3.0, classes)
+    problem = make_problem(X, y, task="classification", sample_weight=per_class[y])
+    f0, f, lo, hi, cuts = random_rows(rng, problem, 40, K)
+    cuts = np.clip(cuts, 0, n)
+    cuts[0] = np.linspace(0, n, K).astype(np.int32)  # the empty and the whole set
+    rows = np.zeros_like(f0)
+    with jax.enable_x64(True):
+        data = SweepData.from_problem(problem)
+        assert _kernels.sweeps_class_lanes(data) and data.root_code.size > 0
+        np.testing.assert_array_equal(np.asarray(data.class_scale)[0], per_class)
+        got = sweep_full(data, rows, f0, f, cuts)
+        short = _kernels.sweep_full_within(data, rows, f0, f, np.full_like(f0, n), cuts)
+        bootstrap = rng.integers(0, 3, n) * per_class[y]
+        varied = make_problem(X, y, task="classification", sample_weight=bootstrap)
+        other = SweepData.from_problem(varied)
+        assert other.class_scale.size == 0 and not _kernels.sweeps_class_lanes(other)
+    full = np.zeros_like(lo), np.full_like(hi, n)
+    assert_rows_match(problem, f0, f, *full, cuts, *map(np.asarray, got))
+    assert_rows_match(problem, f0, f, *full, cuts, *map(np.asarray, short))
 
 
 def sweep_many_classes(classes: int, weight: int, seed: int) -> SweepData:

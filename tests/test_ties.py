@@ -52,10 +52,16 @@ def test_tied_weighted_classes_match_the_brute_force(depth, n, seed, classes):
 
 
 @pytest.mark.parametrize("depth", [2, 3])
-def test_tied_weighted_batches_equal_one_by_one(depth):
+@pytest.mark.parametrize("rows", ["bootstrap", "folds"])
+def test_tied_weighted_batches_equal_one_by_one(depth, rows):
+    """Bootstraps of class-balanced weights vary within a class (the float sweeps);
+    folds of them keep one weight per class (the class lanes weigh counts)."""
     X, y, w = tied_problem(7, 40, 3, 3)
     rng = np.random.default_rng(8)
-    W = rng.multinomial(40, np.full(40, 1 / 40), size=4) * w
+    if rows == "bootstrap":
+        W = rng.multinomial(40, np.full(40, 1 / 40), size=4) * w
+    else:
+        W = (rng.random((4, 40)) < 0.7) * w
     batch = qbnb_jax.solve_batch(X, y, W, task="classification", depth=depth)
     for i, (row, got) in enumerate(zip(W, batch)):
         alone = qbnb_jax.solve(X, y, task="classification", depth=depth, sample_weight=row)

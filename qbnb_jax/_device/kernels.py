@@ -92,6 +92,11 @@ class SweepData(eqx.Module):
       sample's class (31 for no weight): one read gives `_class_lane_rows` a sample's
       root position and its counts, for integer counts of 0 or 1 of fewer than
       `CLASS_ORDER_FROM` classes; empty `(0, 0, 0)` otherwise (`class_lane_codes`).
+      Float class weights that are one constant per class (`class_weight` alone, or
+      with 0/1 folds) get codes too, with
+    - `class_scale`: `(P, C)`, each problem's weight of a sample of each class: the
+      class lanes count samples and score `scale_c count_c`; empty `(0, 0)` otherwise
+      (`class_scales`).
     """
 
     cut_valid: Bool[Array, "L p n1"]
@@ -109,6 +114,7 @@ class SweepData(eqx.Module):
     class_start: Bool[Array, "P p n"]
     class_place: Int[Array, "P p n"]
     root_code: Int[Array, "P p n"]
+    class_scale: Shaped[Array, "P C"]
     loss_kind: LossKind = eqx.field(static=True)
     binary: bool = eqx.field(static=True)
     field_bits: int = eqx.field(static=True, default=0)  # > 0: class counts bit-packed
@@ -222,10 +228,14 @@ class SweepData(eqx.Module):
                        and plan == "sequential" and n_pad < BLOCKED_FROM
                        and (n_pad <= CLASS_ORDER_MAX_LENGTH
                             or first.n_channels >= CLASS_ORDER_FROM_LONG))
-        lane_codes = (first.loss_kind == "count" and not binary and not field_bits
-                      and not class_order and plan == "sequential" and n_pad < BLOCKED_FROM
-                      and first.n_channels < CLASS_CODE_NONE
-                      and all(pr.stats.max(initial=0) <= 1 for pr in problems))
+        lanes_serve = (not binary and not field_bits and not class_order
+                       and plan == "sequential" and n_pad < BLOCKED_FROM
+                       and first.n_channels < CLASS_CODE_NONE)
+        scales = (class_scales([pr.stats for pr in problems])
+                  if lanes_serve and first.loss_kind == "weighted" else None)
+        lane_codes = lanes_serve and (
+            scales is not None or first.loss_kind == "count"
+            and all(pr.stats.max(initial=0) <= 1 for pr in problems))
         if stat_tables is not None:
             tables = dict(stat_tables)
         else:
@@ -236,7 +246,7 @@ class SweepData(eqx.Module):
             count_grid = (first.loss_kind == "count" and not binary and not field_bits
                           and first.n_channels <= GRID_MAX_CLASSES and L == 1 and count > 1)
             full_sums = (not _walks_channels_major(*settings) or count_grid
-                         or _walks_class_lanes(lane_codes, *settings))
+                         or _walks_class_lanes(lane_codes, *settings) and scales is None)
             signed_chunks = (chunks if binary and chunks is not None
                              and all(ch.signed is not None for ch in chunks) else None)
             # two-class unit-weight sides: every table comes from the chunks and sizes
@@ -261,6 +271,10 @@ class SweepData(eqx.Module):
         tables["root_code"] = (class_lane_codes([pr.stats for pr in problems], rank, layout_of,
                                                 bucket)
                                if lane_codes else np.zeros((0, 0, 0), np.int32))
+        tables["class_scale"] = np.zeros((0, 0))
+        if scales is not None:
+            tables["class_scale"] = np.ones((bucket, first.n_channels))
+            tables["class_scale"][:count] = scales
         # One transfer for all arrays: each separate device_put costs ~0.2 ms.
         arrays = jax.device_put(dict(cut_valid=cut_valid,
                                      perm=perm, rank=rank, value_rank=value_rank,
@@ -545,6 +559,27 @@ def class_lane_codes(stats: list[np.ndarray], rank: np.ndarray, layout_of: np.nd
         label[: len(one)] = np.where(one.any(axis=1), one.argmax(axis=1), CLASS_CODE_NONE)
         codes[i] = (rank[layout_of[i]] << CLASS_CODE_BITS) | label[None, :]
     return codes
+
+
+def class_scales(stats: list[np.ndarray]) -> np.ndarray | None:
+    """`(problems, C)`: the weight every positive sample of class c has in each problem
+    (1 for a class with none), where float class weights `stats` (each `(n, C)`, one
+    nonzero per row) are one constant per class; None where any are not.
+
+    Such weights are counts of 0 or 1 times a class's weight, so the class lanes can
+    count samples in exact integers and weigh the counts in the score. `scale_c L_c`
+    rounds once where the weighted sums round at every sample: both are within the
+    tolerance rule of the exact loss (docs/design.md, "Regression tolerance rule")."""
+    out = np.ones((len(stats), stats[0].shape[1]))
+    for i, one in enumerate(stats):
+        for c in range(one.shape[1]):
+            weight = one[:, c][one[:, c] > 0]
+            if len(weight) == 0:
+                continue
+            if (weight != weight[0]).any():
+                return None
+            out[i, c] = weight[0]
+    return out
 
 
 def packing_bits(total: int) -> int:
@@ -1208,11 +1243,18 @@ def _class_lane_rows(
     `full_scan` (cumulative class counts in f0's order) at the cut. Integer sums and
     maxima: the scores are `_full_row`'s integers in any order.
     """
-    _check_full_scan(data)
     lay = data.layout_of[problem]  # (R,)
     dtype = data.sorted_scan.dtype
     C = data.n_classes
     valid = jnp.transpose(data.cut_valid[lay, f, 1:])  # (n, R)
+    # Float class weights of one constant per class: counts weighed in the score. The
+    # class sums in f0's order are then `root_cum` (float weights keep every class
+    # there), so no `full_scan` is built.
+    scale = (jnp.transpose(data.class_scale[problem])[:, None, :]  # (C, 1, R)
+             if data.class_scale.size else None)
+    if scale is None:
+        _check_full_scan(data)
+    class_sums = data.full_scan if scale is None else data.root_cum
     # root positions compared as int16 where they fit: twice the lanes of int32
     key_dtype = jnp.int16 if data.length < 2**15 else jnp.int32
     if data.root_code.size:  # counts of 0 or 1: root position and class in one read
@@ -1233,12 +1275,13 @@ def _class_lane_rows(
         def sample_of(x):
             return x
     lane_cuts = jnp.transpose(cuts).astype(key_dtype)  # (K, R)
-    classes = data.full_scan[problem[:, None], f0[:, None], cuts].astype(dtype)  # (R, K, C)
+    classes = class_sums[problem[:, None], f0[:, None], cuts].astype(dtype)  # (R, K, C)
     pre_scan = jnp.transpose(classes, (2, 1, 0))  # (C, K, R)
-    whole = data.full_scan[problem, f0, -1].astype(dtype)  # (R, C)
+    whole = class_sums[problem, f0, -1].astype(dtype)  # (R, C)
     suf_scan = jnp.transpose(whole)[:, None, :] - pre_scan
     zero = jnp.zeros((), dtype)
-    low = jnp.asarray(jnp.iinfo(dtype).min, dtype)
+    low = jnp.asarray(jnp.iinfo(dtype).min if jnp.issubdtype(dtype, jnp.integer)
+                      else -jnp.inf, dtype)
 
     def class_max(counts):  # (C, K, R) -> (K, R), element-wise over the slabs
         top = counts[0]
@@ -1246,7 +1289,9 @@ def _class_lane_rows(
             top = jnp.maximum(top, counts[c])
         return top
 
-    def score(left, total):
+    def score(left, total):  # total: the set's class sums (weighted, with a scale)
+        if scale is not None:
+            left = left * scale
         return class_max(left) + class_max(total - left)
 
     def step(carry, sample):
