@@ -51,6 +51,22 @@ def test_tied_weighted_classes_match_the_brute_force(depth, n, seed, classes):
     assert result.objective - result.lower_bound <= 2e-9 * result.objective + 1e-9
 
 
+@pytest.mark.parametrize("classes, seed", [(6, 5), (12, 6), (25, 7)])
+def test_many_weighted_classes_match_the_brute_force(classes, seed):
+    """One weight per class of many classes: the class lanes weigh their counts
+    (`kernels.class_scales`); depth 2 against the brute force."""
+    rng = np.random.default_rng(seed)
+    n = 70
+    X = rng.integers(0, 5, (n, 3)).astype(float)
+    y = rng.integers(0, classes, n)
+    w = rng.uniform(0.3, 3.0, classes)[y]
+    result = qbnb_jax.solve(X, y, task="classification", depth=2, sample_weight=w)
+    best = brute_force(X, y, w, task="classification", depth=2)
+    assert result.status == "optimal"
+    assert result.objective == pytest.approx(best, rel=1e-9, abs=1e-12)
+    assert result.lower_bound <= best * (1 + 1e-12)
+
+
 @pytest.mark.parametrize("depth", [2, 3])
 @pytest.mark.parametrize("rows", ["bootstrap", "folds"])
 def test_tied_weighted_batches_equal_one_by_one(depth, rows):
