@@ -243,19 +243,23 @@ def test_class_lane_sweep_equals_the_row_sweep(classes, weight, K, n):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.parametrize("classes, K, n", [(3, 4, 150), (5, 1, 150), (7, 4, 129),
-                                             (12, 2, 200)])
-def test_class_weights_sweep_as_weighed_counts(classes, K, n):
-    """Float weights of one constant per class (`class_weight`) take the class lanes:
-    samples counted in integers, each count weighed by its class's weight in the score
-    (`class_scales`). The losses are the reference's to rounding; weights that vary
-    within a class (a bootstrap of them) keep the float walk."""
-    rng = np.random.default_rng(classes * K)
+@pytest.mark.parametrize("classes, K, n, times", [
+    (3, 4, 150, 1), (5, 1, 150, 1), (7, 4, 129, 1), (12, 2, 200, 1), (3, 4, 150, 3),
+    (7, 2, 129, 255)])
+def test_class_weights_sweep_as_weighed_counts(classes, K, n, times):
+    """Float weights that are multiples (up to `times`, 0 for some samples) of one
+    weight per class (`class_weight`, bootstraps of it) take the class lanes: samples
+    counted in integers, each count weighed by its class's weight in the score
+    (`class_scales`). The losses are the reference's to rounding; weights that are no
+    such multiples keep the float walk."""
+    rng = np.random.default_rng(classes * K + times)
     X = np.round(rng.normal(size=(n, 4)), 1)
     X[:, 0] = np.arange(n)
     y = np.repeat(np.arange(n), rng.integers(1, 4, n))[:n] % classes
     per_class = rng.uniform(0.2, 3.0, classes)
-    problem = make_problem(X, y, task="classification", sample_weight=per_class[y])
+    multiple = np.ones(n) if times == 1 else rng.integers(0, times + 1, n)
+    multiple[[np.flatnonzero(y == c)[0] for c in range(classes)]] = 1  # each class's own
+    problem = make_problem(X, y, task="classification", sample_weight=multiple * per_class[y])
     f0, f, lo, hi, cuts = random_rows(rng, problem, 40, K)
     cuts = np.clip(cuts, 0, n)
     cuts[0] = np.linspace(0, n, K).astype(np.int32)  # the empty and the whole set
@@ -266,8 +270,8 @@ def test_class_weights_sweep_as_weighed_counts(classes, K, n):
         np.testing.assert_array_equal(np.asarray(data.class_scale)[0], per_class)
         got = sweep_full(data, rows, f0, f, cuts)
         short = _kernels.sweep_full_within(data, rows, f0, f, np.full_like(f0, n), cuts)
-        bootstrap = rng.integers(0, 3, n) * per_class[y]
-        varied = make_problem(X, y, task="classification", sample_weight=bootstrap)
+        varied = make_problem(X, y, task="classification",
+                              sample_weight=rng.uniform(0.5, 2.0, n) * per_class[y])
         other = SweepData.from_problem(varied)
         assert other.class_scale.size == 0 and not _kernels.sweeps_class_lanes(other)
     full = np.zeros_like(lo), np.full_like(hi, n)

@@ -92,8 +92,9 @@ class SweepData(eqx.Module):
       sample's class (31 for no weight): one read gives `_class_lane_rows` a sample's
       root position and its counts, for integer counts of 0 or 1 of fewer than
       `CLASS_ORDER_FROM` classes; empty `(0, 0, 0)` otherwise (`class_lane_codes`).
-      Float class weights that are one constant per class (`class_weight` alone, or
-      with 0/1 folds) get codes too, with
+      Float class weights that are multiples of one weight per class (`class_weight`
+      alone, with 0/1 folds, or bootstrap counts of it) get codes too, the multiple
+      in SCALED_COUNT_BITS bits above the class, with
     - `class_scale`: `(P, C)`, each problem's weight of a sample of each class: the
       class lanes count samples and score `scale_c count_c`; empty `(0, 0)` otherwise
       (`class_scales`).
@@ -269,7 +270,7 @@ class SweepData(eqx.Module):
             tables.update(class_sample=empty, class_weight=empty.astype(scan_dtype),
                           class_start=empty.astype(bool), class_place=empty)
         tables["root_code"] = (class_lane_codes([pr.stats for pr in problems], rank, layout_of,
-                                                bucket)
+                                                bucket, scales)
                                if lane_codes else np.zeros((0, 0, 0), np.int32))
         tables["class_scale"] = np.zeros((0, 0))
         if scales is not None:
@@ -546,39 +547,55 @@ def count_dtype(total: int, wider=np.int32):
 
 CLASS_CODE_BITS = 5  # `root_code`: the class in the low bits; 31 marks no weight
 CLASS_CODE_NONE = (1 << CLASS_CODE_BITS) - 1  # so `root_code` holds fewer classes
+# Weighed class lanes (`class_scale`): a sample's multiple of its class's weight in the
+# next bits of `root_code` (root positions stay below BLOCKED_FROM = 2^17: the code
+# stays below 2^30)
+SCALED_COUNT_BITS = 8
 
 
 def class_lane_codes(stats: list[np.ndarray], rank: np.ndarray, layout_of: np.ndarray,
-                     bucket: int) -> np.ndarray:
+                     bucket: int, scales: np.ndarray | None = None) -> np.ndarray:
     """`SweepData.root_code` `(bucket, p, n_pad)` of class counts `stats` (each
-    `(n, C)`, every entry 0 or 1) laid out by `rank[layout_of[i]]` `(L, p, n_pad)`."""
+    `(n, C)`, every entry 0 or 1) laid out by `rank[layout_of[i]]` `(L, p, n_pad)`.
+    With `scales` (`class_scales`), float class weights: each sample's multiple of its
+    class's weight goes in SCALED_COUNT_BITS bits above the class."""
     _, p, n_pad = rank.shape
     codes = aligned_zeros((bucket, p, n_pad), np.int32)  # used in place by device_put
     for i, one in enumerate(stats):
         label = np.full(n_pad, CLASS_CODE_NONE, np.int32)
         label[: len(one)] = np.where(one.any(axis=1), one.argmax(axis=1), CLASS_CODE_NONE)
-        codes[i] = (rank[layout_of[i]] << CLASS_CODE_BITS) | label[None, :]
+        if scales is None:
+            codes[i] = (rank[layout_of[i]] << CLASS_CODE_BITS) | label[None, :]
+            continue
+        count = np.zeros(n_pad, np.int32)
+        count[: len(one)] = np.rint(one.sum(axis=1) / scales[i][one.argmax(axis=1)])
+        codes[i] = ((rank[layout_of[i]] << CLASS_CODE_BITS + SCALED_COUNT_BITS)
+                    | (count << CLASS_CODE_BITS) | label)[None, :]
     return codes
 
 
 def class_scales(stats: list[np.ndarray]) -> np.ndarray | None:
-    """`(problems, C)`: the weight every positive sample of class c has in each problem
-    (1 for a class with none), where float class weights `stats` (each `(n, C)`, one
-    nonzero per row) are one constant per class; None where any are not.
+    """`(problems, C)`: a weight per class of each problem (1 for a class with none)
+    of which every positive sample's weight is an exact multiple, at most
+    `2^SCALED_COUNT_BITS - 1` times, for float class weights `stats` (each `(n, C)`,
+    one nonzero per row); None where any are not.
 
-    Such weights are counts of 0 or 1 times a class's weight, so the class lanes can
-    count samples in exact integers and weigh the counts in the score. `scale_c L_c`
-    rounds once where the weighted sums round at every sample: both are within the
-    tolerance rule of the exact loss (docs/design.md, "Regression tolerance rule")."""
+    Class weights alone (`class_weight`, with 0/1 folds) are 1 times their class's;
+    bootstrap counts of them a few times. The class lanes then count samples in exact
+    integers and weigh the counts in the score. `scale_c L_c` rounds once where the
+    weighted sums round at every sample: both are within the tolerance rule of the
+    exact loss (docs/design.md, "Regression tolerance rule")."""
     out = np.ones((len(stats), stats[0].shape[1]))
     for i, one in enumerate(stats):
         for c in range(one.shape[1]):
             weight = one[:, c][one[:, c] > 0]
             if len(weight) == 0:
                 continue
-            if (weight != weight[0]).any():
+            unit = weight.min()
+            times = np.rint(weight / unit)
+            if times.max() >= 1 << SCALED_COUNT_BITS or (times * unit != weight).any():
                 return None
-            out[i, c] = weight[0]
+            out[i, c] = unit
     return out
 
 
@@ -1247,9 +1264,9 @@ def _class_lane_rows(
     dtype = data.sorted_scan.dtype
     C = data.n_classes
     valid = jnp.transpose(data.cut_valid[lay, f, 1:])  # (n, R)
-    # Float class weights of one constant per class: counts weighed in the score. The
-    # class sums in f0's order are then `root_cum` (float weights keep every class
-    # there), so no `full_scan` is built.
+    # Float class weights, multiples of one weight per class: counts weighed in the
+    # score. The class sums in f0's order are then `root_cum` (float weights keep every
+    # class there), so no `full_scan` is built.
     scale = (jnp.transpose(data.class_scale[problem])[:, None, :]  # (C, 1, R)
              if data.class_scale.size else None)
     if scale is None:
@@ -1262,11 +1279,15 @@ def _class_lane_rows(
         xs = (jnp.transpose(codes), valid)
         label = jnp.arange(C, dtype=jnp.int32)[:, None]
         class_bits = (1 << CLASS_CODE_BITS) - 1
+        key_shift = CLASS_CODE_BITS + (0 if scale is None else SCALED_COUNT_BITS)
 
         def sample_of(x):
             code, ok = x
             counts = ((code & class_bits)[None, :] == label).astype(dtype)  # (C, R)
-            return counts, (code >> CLASS_CODE_BITS).astype(key_dtype), ok
+            if scale is not None:  # the sample's multiple of its class's weight
+                times = (code >> CLASS_CODE_BITS) & ((1 << SCALED_COUNT_BITS) - 1)
+                counts = counts * times.astype(dtype)[None, :]
+            return counts, (code >> key_shift).astype(key_dtype), ok
     else:  # every class count of every position, transposed
         key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
         xs = (jnp.transpose(data.sorted_scan[problem, f], (1, 2, 0)),
