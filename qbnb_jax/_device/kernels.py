@@ -232,11 +232,13 @@ class SweepData(eqx.Module):
         lanes_serve = (not binary and not field_bits and not class_order
                        and plan == "sequential" and n_pad < BLOCKED_FROM
                        and first.n_channels < CLASS_CODE_NONE)
-        scales = (class_scales([pr.stats for pr in problems])
-                  if lanes_serve and first.loss_kind == "weighted" else None)
+        scales, multiples = (class_scales([pr.stats for pr in problems])
+                             if lanes_serve and first.loss_kind == "weighted"
+                             else (None, None))
         lane_codes = lanes_serve and (
-            scales is not None or first.loss_kind == "count"
-            and all(pr.stats.max(initial=0) <= 1 for pr in problems))
+            scales is not None
+            or (first.loss_kind == "count"
+                and all(pr.stats.max(initial=0) <= 1 for pr in problems)))
         if stat_tables is not None:
             tables = dict(stat_tables)
         else:
@@ -270,7 +272,7 @@ class SweepData(eqx.Module):
             tables.update(class_sample=empty, class_weight=empty.astype(scan_dtype),
                           class_start=empty.astype(bool), class_place=empty)
         tables["root_code"] = (class_lane_codes([pr.stats for pr in problems], rank, layout_of,
-                                                bucket, scales)
+                                                bucket, multiples)
                                if lane_codes else np.zeros((0, 0, 0), np.int32))
         tables["class_scale"] = np.zeros((0, 0))
         if scales is not None:
@@ -554,49 +556,56 @@ SCALED_COUNT_BITS = 8
 
 
 def class_lane_codes(stats: list[np.ndarray], rank: np.ndarray, layout_of: np.ndarray,
-                     bucket: int, scales: np.ndarray | None = None) -> np.ndarray:
+                     bucket: int, multiples: list[np.ndarray] | None = None) -> np.ndarray:
     """`SweepData.root_code` `(bucket, p, n_pad)` of class counts `stats` (each
     `(n, C)`, every entry 0 or 1) laid out by `rank[layout_of[i]]` `(L, p, n_pad)`.
-    With `scales` (`class_scales`), float class weights: each sample's multiple of its
-    class's weight goes in SCALED_COUNT_BITS bits above the class."""
+    With `multiples` (`class_scales`), float class weights: each sample's multiple of
+    its class's weight goes in SCALED_COUNT_BITS bits above the class."""
     _, p, n_pad = rank.shape
     codes = aligned_zeros((bucket, p, n_pad), np.int32)  # used in place by device_put
     for i, one in enumerate(stats):
         label = np.full(n_pad, CLASS_CODE_NONE, np.int32)
         label[: len(one)] = np.where(one.any(axis=1), one.argmax(axis=1), CLASS_CODE_NONE)
-        if scales is None:
+        if multiples is None:
             codes[i] = (rank[layout_of[i]] << CLASS_CODE_BITS) | label[None, :]
             continue
         count = np.zeros(n_pad, np.int32)
-        count[: len(one)] = np.rint(one.sum(axis=1) / scales[i][one.argmax(axis=1)])
+        count[: len(one)] = multiples[i]
         codes[i] = ((rank[layout_of[i]] << CLASS_CODE_BITS + SCALED_COUNT_BITS)
                     | (count << CLASS_CODE_BITS) | label)[None, :]
     return codes
 
 
-def class_scales(stats: list[np.ndarray]) -> np.ndarray | None:
-    """`(problems, C)`: a weight per class of each problem (1 for a class with none)
-    of which every positive sample's weight is an exact multiple, at most
-    `2^SCALED_COUNT_BITS - 1` times, for float class weights `stats` (each `(n, C)`,
-    one nonzero per row); None where any are not.
+def class_scales(stats: list[np.ndarray]
+                 ) -> tuple[np.ndarray, list[np.ndarray]] | tuple[None, None]:
+    """`(scales, multiples)`: `(problems, C)` a weight per class of each problem (1 for
+    a class with none) of which every positive sample's weight is an exact multiple,
+    at most `2^SCALED_COUNT_BITS - 1` times, and each problem's multiples `(n,)` (0 for
+    no weight), for float class weights `stats` (each `(n, C)`, one nonzero per row);
+    `(None, None)` where any are not such multiples.
 
     Class weights alone (`class_weight`, with 0/1 folds) are 1 times their class's;
     bootstrap counts of them a few times. The class lanes then count samples in exact
     integers and weigh the counts in the score. `scale_c L_c` rounds once where the
     weighted sums round at every sample: both are within the tolerance rule of the
     exact loss (docs/design.md, "Regression tolerance rule")."""
-    out = np.ones((len(stats), stats[0].shape[1]))
+    scales = np.ones((len(stats), stats[0].shape[1]))
+    multiples = []
     for i, one in enumerate(stats):
+        times_of = np.zeros(len(one), np.int32)
         for c in range(one.shape[1]):
-            weight = one[:, c][one[:, c] > 0]
+            positive = one[:, c] > 0
+            weight = one[positive, c]
             if len(weight) == 0:
                 continue
             unit = weight.min()
             times = np.rint(weight / unit)
             if times.max() >= 1 << SCALED_COUNT_BITS or (times * unit != weight).any():
-                return None
-            out[i, c] = unit
-    return out
+                return None, None
+            scales[i, c] = unit
+            times_of[positive] = times
+        multiples.append(times_of)
+    return scales, multiples
 
 
 def packing_bits(total: int) -> int:
@@ -1057,8 +1066,9 @@ def sweeps_class_lanes(data: SweepData) -> bool:
 
 def _walks_class_lanes(lane_codes: bool, plan: str, field_bits: int, binary: bool,
                        loss_kind: str, n_classes: int, length: int) -> bool:
-    """Integer counts of 0 or 1 (with `root_code`, `lane_codes`) or of three to seven
-    classes, on the sequential plan, below the blocked sweeps' length."""
+    """Counts of 0 or 1 with `root_code` (`lane_codes`: integer counts, or float class
+    weights with `class_scale`), or integer counts of three to seven classes, on the
+    sequential plan, below the blocked sweeps' length."""
     return lane_codes or (loss_kind == "count" and not binary
                           and n_classes < CHANNELS_MAJOR_FROM_CLASSES
                           and plan == "sequential" and not field_bits
@@ -1258,7 +1268,10 @@ def _class_lane_rows(
     code for these steps ran at scalar speed), and the maxima over classes are
     element-wise over `(cut, row)` slabs. The class totals of each prefix set are
     `full_scan` (cumulative class counts in f0's order) at the cut. Integer sums and
-    maxima: the scores are `_full_row`'s integers in any order.
+    maxima: the scores are `_full_row`'s integers in any order. Float class weights
+    with `class_scale` count samples the same way and weigh each class's count in the
+    score, `max_c s_c left_c + max_c (W_c - s_c left_c)`, W the weighted class sums
+    (`root_cum`).
     """
     lay = data.layout_of[problem]  # (R,)
     dtype = data.sorted_scan.dtype

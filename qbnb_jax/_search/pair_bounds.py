@@ -18,7 +18,7 @@ to compute this:
   a prefix minimum over f2 sorted by `sb`, found by binary search with the same
   floating-point expressions the dense form evaluates.
 
-`can_beat(x)` below is the incumbent test, monotone (true for small x): `x < limit`.
+The incumbent test is `x < limit` (monotone: true for small x).
 """
 
 from __future__ import annotations
@@ -60,10 +60,6 @@ def pair_bounds(inputs: PairInputs, keep_left: np.ndarray, keep_right: np.ndarra
     return dense_pair_bounds(inputs, keep_left, keep_right)
 
 
-def _can_beat(x: np.ndarray, limit: np.ndarray) -> np.ndarray:
-    return x < limit
-
-
 def dense_pair_bounds(inputs: PairInputs, keep_left: np.ndarray, keep_right: np.ndarray
                       ) -> PairOutcome:
     pa, pb, sa, sb, width, limit = inputs
@@ -76,7 +72,7 @@ def dense_pair_bounds(inputs: PairInputs, keep_left: np.ndarray, keep_right: np.
         b = slice(b0, b0 + step)
         pair = np.maximum(pa[b][:, :, None] + sb[b][:, None, :],
                           pb[b][:, :, None] + sa[b][:, None, :] - width[b][:, None, None])
-        ok = (_can_beat(pair, limit[b][:, None, None])
+        ok = ((pair < limit[b][:, None, None])
               & keep_left[b][:, :, None] & keep_right[b][:, None, :])
         out_left[b], out_right[b] = ok.any(axis=2), ok.any(axis=1)
         least[b] = pair.min(axis=(1, 2))
@@ -128,8 +124,8 @@ def sorted_pair_bounds(inputs: PairInputs, keep_left: np.ndarray, keep_right: np
     pa, pb, sa, sb, width, limit = inputs
     limit, w = limit[:, None], width[:, None]
 
-    def passes(x):
-        return _can_beat(x, limit)
+    def passes(x):  # the incumbent test
+        return x < limit
 
     # left f1: partners f2 pass pa[f1] + sb[f2] and (pb[f1] + sa[f2]) - W
     left = keep_left & _keep_side(
