@@ -9,9 +9,6 @@ directly (`SweepData`, `KernelRunner`, `sweep_*`) wrap that in
 
 **Slow tests.** Tests marked `@pytest.mark.slow` (long random sweeps, long runs) are
 deselected by default, so that `python -m pytest -q` stays a few minutes on two cores.
-The modules run on up to 4 worker processes (pytest-xdist, `addopts` in pyproject.toml),
-sharing the compilation cache below; `-n 0` runs them in this process, and
-`-o addopts=""` runs them where pytest-xdist is not installed.
 To run them:
 
     QBNB_SLOW=1 python -m pytest -q                  # everything, slow tests included
@@ -20,6 +17,10 @@ To run them:
 
 Any `-m` expression selects on its own (the default deselection is then off), and
 `QBNB_SLOW=0` (or unset) keeps the default.
+
+**Workers.** The modules run on up to 4 worker processes (pytest-xdist, `addopts` in
+pyproject.toml), sharing the compilation cache below; `-n 0` runs them in this
+process, and `-o addopts=""` runs them where pytest-xdist is not installed.
 
 The compilation cache lives in `.jax_cache` at the repository root (ignored by git), or
 where `QBNB_JAX_CACHE` points.

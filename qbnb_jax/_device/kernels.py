@@ -242,9 +242,10 @@ class SweepData(eqx.Module):
         if stat_tables is not None:
             tables = dict(stat_tables)
         else:
-            # `full_scan` is read by the class lanes, the class grid and the vmapped row
-            # sweeps; the channels-major walks and the regression lanes form every
-            # running sum themselves.
+            # `full_scan` is read by the class lanes (not the weighed ones, which read
+            # `root_cum`), the class grid and the vmapped row sweeps; the
+            # channels-major walks and the regression lanes form every running sum
+            # themselves.
             settings = (plan, field_bits, binary, first.loss_kind, first.n_channels, n_pad)
             count_grid = (first.loss_kind == "count" and not binary and not field_bits
                           and first.n_channels <= GRID_MAX_CLASSES and L == 1 and count > 1)
