@@ -65,6 +65,28 @@ def test_ceiling_refuses_before_building_tables(monkeypatch):
     assert qbnb_jax.solve(X, np.arange(5000) % 2, task="classification").status == "optimal"
 
 
+def test_ceiling_refuses_many_classes_before_host_work(monkeypatch):
+    """Tables grow with the classes: a refused problem is refused before the host
+    builds its first trees (whose class counts grow the same way), naming the classes."""
+    import importlib
+
+    import pytest
+
+    import qbnb_jax
+
+    def no_host_trees(*args):
+        raise AssertionError("host work ran before the ceiling's check")
+
+    solve_module = importlib.import_module("qbnb_jax._search.solve")
+    monkeypatch.setattr(solve_module, "cart_splits", no_host_trees)
+    monkeypatch.setenv("QBNB_JAX_MEMORY", "64M")
+    rng = np.random.default_rng(0)
+    X, y = rng.random((2000, 20)), rng.integers(0, 500, 2000)
+    for depth in (2, 3):
+        with pytest.raises(_memory.MemoryCeilingError, match=r"p = 20, \d+ classes\)"):
+            qbnb_jax.solve(X, y, task="classification", depth=depth, time_limit=60)
+
+
 def test_ceiling_values(monkeypatch):
     import pytest
 

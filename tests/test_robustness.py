@@ -228,6 +228,21 @@ def test_classifier_rejects_unsortable_and_infinite_labels():
         OptimalTreeClassifier().fit(X6, np.array([0, np.inf, 0, 1, 1, 1]))
 
 
+def test_solve_rejects_continuous_labels():
+    """Non-integer float labels are a regression target given as classes (every value
+    its own class): refused, as scikit-learn's classifiers do; integral floats are
+    classes."""
+    import qbnb_jax
+
+    y = np.array([0.0, 0.5, 1.0, 1.0, 2.0, 2.0])
+    refusal = r"continuous .* 0.5 at row 1\): use task='regression'"
+    for call in (lambda: qbnb_jax.solve(X6, y, task="classification"),
+                 lambda: qbnb_jax.solve_batch(X6, y, np.ones((2, 6)), task="classification")):
+        with pytest.raises(ValueError, match=refusal):
+            call()
+    assert qbnb_jax.solve(X6, np.round(y), task="classification").status == "optimal"
+
+
 def test_estimator_accepts_infinite_time_limit():
     """`time_limit=inf` passes the estimator's constraint "(0, inf]": it means no limit."""
     clf = OptimalTreeClassifier(time_limit=float("inf")).fit(X6, Y6)

@@ -174,8 +174,7 @@ class SweepData(eqx.Module):
         L = count_bucket(len(layouts), count_base) if len(layouts) > 1 else 1
         count = len(problems)
         bucket = count_bucket(count, count_base) if count > 1 else 1
-        check_allocation(table_bytes(L, bucket, p, n_pad, problems[0].n_channels),
-                         f"the sweep tables of {count} problem(s) (n = {n_pad}, p = {p})")
+        check_tables_fit(L, bucket, p, n_pad, problems[0], count)
         # aligned: `jax.device_put` on CPU then uses them in place instead of copying
         # (for a lockstep round's side batches, most of the transfer's cost)
         # (and the padding layouts, which no problem refers to, stay zero pages)
@@ -306,6 +305,17 @@ def table_bytes(layouts: int, problems: int, p: int, n_pad: int, channels: int) 
     4-byte and one bool, or else at most `root_code`'s 4 bytes)."""
     return (layouts * p * (n_pad + 1) * 13
             + problems * p * (n_pad + 1) * (channels * 8 * 4 + 13))
+
+
+def check_tables_fit(layouts: int, problems: int, p: int, n_pad: int, first: Problem,
+                     count: int = 1) -> None:
+    """Refuse tables above the memory ceiling (`check_allocation`) before building them:
+    `problems` slots (`count` of them real) of `first`'s channels (classes, targets)."""
+    classes = (f", {first.n_channels} classes" if first.loss_kind != "sse"
+               and first.n_channels > 2 else "")
+    check_allocation(table_bytes(layouts, problems, p, n_pad, first.n_channels),
+                     f"the sweep tables of {count} problem(s) (n = {n_pad}, p = {p}"
+                     f"{classes})")
 
 
 TABLE_CHUNK = 64  # problems per block of host table work

@@ -17,6 +17,7 @@ import numpy as np
 
 from qbnb_jax._constants import BOUNDS, SUPPORTED_DEPTHS
 from qbnb_jax._device.cache import enable_persistent_cache
+from qbnb_jax._device.kernels import check_tables_fit, padded_length
 from qbnb_jax._device.runner import COUNTER_NAMES, Counters
 from qbnb_jax._problem.data import make_problem
 from qbnb_jax._problem.host import build_tree, tree_objective
@@ -179,7 +180,8 @@ def solve(
     - `X`: features, `(n, p)`, finite numbers or NaN (missing): each split then also
       chooses which side missing values go to, and the tree is optimal over those
       choices too (columns with NaN count twice in the search).
-    - `y`: class labels `(n,)` (any sortable values) or targets `(n,)` / `(n, m)`.
+    - `y`: class labels `(n,)` (any sortable values; floats must be integral) or targets
+      `(n,)` / `(n, m)`.
     - `task`: `"classification"` (0-1 loss) or `"regression"` (squared error).
     - `depth`: 1 to 8 (3 and deeper cost much more, each level more again: see
       `_search/deep.py`).
@@ -252,6 +254,8 @@ def solve(
     if limited and progress is not None:
         progress = quiet_after(stop, progress)
     problem = make_problem(X, y, task=task, sample_weight=sample_weight)
+    if depth >= 2:  # refused now, not after the host's first trees
+        check_tables_fit(1, 1, problem.p, padded_length(problem.n), problem)
     limits = leaf_limits(min_samples_leaf, min_weight_fraction_leaf, len(X),
                          float(problem.weight.sum()))
     if limits is not None:
