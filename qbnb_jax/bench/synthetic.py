@@ -9,7 +9,14 @@ something to prune with and something to fight:
 - `synth-class30`: 30 classes, n = 5,000, p = 8;
 - `synth-reg3-large`: regression, 3 targets, n = 300,000, p = 8;
 - `synth-class5-large`: 5 classes, n = 300,000, p = 10;
-- `synth-class30-large`: 30 classes, n = 100,000, p = 20.
+- `synth-class30-large`: 30 classes, n = 100,000, p = 20;
+- `synth-reg1-wide`: regression, 1 target, n = 31,715, p = 59 (the shape of the
+  paper's largest depth-2 regression set, "news");
+- `synth-reg3-wide`: regression, 3 targets, n = 10,000, p = 40;
+- `synth-class5-wide`: 5 classes, n = 10,000, p = 100;
+- `synth-class20-wide`: 20 classes, n = 20,000, p = 40.
+
+In the wide sets most features are noise: the search must prove them useless.
 
 `python -m qbnb_jax.bench --datasets synth-reg1,...` runs them; `--check-regression`
 compares the regression objectives with the numpy brute force and `--vs contree` the
@@ -50,6 +57,10 @@ SYNTHETIC = {
     "synth-reg3-large": lambda: _regression(300_000, 8, 3, seed=23),
     "synth-class5-large": lambda: _classification(300_000, 10, 5, seed=29),
     "synth-class30-large": lambda: _classification(100_000, 20, 30, seed=31),
+    "synth-reg1-wide": lambda: _regression(31_715, 59, 1, seed=37),
+    "synth-reg3-wide": lambda: _regression(10_000, 40, 3, seed=41),
+    "synth-class5-wide": lambda: _classification(10_000, 100, 5, seed=43),
+    "synth-class20-wide": lambda: _classification(20_000, 40, 20, seed=47),
 }
 
 
