@@ -285,3 +285,18 @@ def test_bench_generated_problems_need_no_folder(tmp_path, capsys):
     row = next(line for line in out.splitlines() if line.startswith("| synth-reg3"))
     rel = float(row.rstrip(" |").split("|")[-1])
     assert abs(rel) < 1e-9  # equal to the brute force
+
+
+def test_bench_checks_a_subsample_beyond_the_brute_force_reach(tmp_path, capsys, monkeypatch):
+    """Depth 2 on more distinct values than the brute force sweeps: both sides solve the
+    same fixed subsample, and the row says so."""
+    monkeypatch.setattr(bench, "BRUTE_FORCE_D2_CELLS", 1e6)
+    rc = bench.main(["--data-dir", str(tmp_path / "absent"), "--datasets", "synth-reg3",
+                     "--depth", "2", "--no-cold", "--repeat", "0", "--check-regression"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    row = next(line for line in out.splitlines() if line.startswith("| synth-reg3"))
+    cells = [cell.strip() for cell in row.strip(" |").split("|")]
+    size = int(cells[-1].split("(n=")[1].rstrip(")"))
+    assert 40 <= size < 8576 and cells[-2].endswith(f"(n={size})")
+    assert abs(float(cells[-1].split()[0])) < 1e-9  # equal to the brute force there

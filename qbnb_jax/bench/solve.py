@@ -16,8 +16,9 @@ of fits, timed in this process) is run on the classification datasets and its tr
 misclassification count is compared with ours. With ``--vs appendix`` (depth 3), our
 solver's other route, the paper's appendix algorithm, is timed the same way on every
 dataset and its objective compared with ours. With ``--check-regression``, regression
-objectives at depth <= 2 are compared with an independent numpy brute force
-(`qbnb_jax.bench.bruteforce`, written from the definition alone).
+objectives at depths 1 to 3 are compared with an independent numpy brute force
+(`qbnb_jax.bench.bruteforce`, written from the definition alone), both on a fixed random
+subsample where the whole data is out of the brute force's reach.
 
 When the datasets folder holds ``optima.json`` (proved optima at depths 2 and 3), every
 objective of a solve that finished is compared with it on any backend: the ``optimum``
@@ -62,6 +63,11 @@ _COLD_MARK = "QBNB_BENCH_COLD_RESULT "
 SUBSAMPLE_D3 = 40  # rows of the depth-3 regression cross-check (brute force is O(n^5))
 
 
+# The depth-2 brute force sweeps a (root value, child value) grid per feature pair, at
+# most this many cells in all; beyond it, a fixed random subsample is checked instead.
+BRUTE_FORCE_D2_CELLS = 4e9
+
+
 # ---------------------------------------------------------------------------------------
 # command line
 # ---------------------------------------------------------------------------------------
@@ -96,8 +102,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="time limit in seconds per solve (ours and ConTree's)")
     ap.add_argument("--check-regression", action="store_true",
                     help="compare regression objectives with an independent numpy brute "
-                         "force and print the relative difference (depth 3: both on a "
-                         f"random subsample of {SUBSAMPLE_D3} rows)")
+                         "force and print the relative difference (depth 3, and depth 2 "
+                         "on many distinct values: both on a fixed random subsample, "
+                         f"at depth 3 of {SUBSAMPLE_D3} rows)")
     ap.add_argument("--weights", default="none", choices=("none", "balanced"),
                     help="sample weights of classification sets: none, or class-balanced "
                          "(scikit-learn's class_weight='balanced', n / (classes x class "
@@ -285,6 +292,44 @@ def _run_cold(name: str, root: Path | None, args) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------
 # ConTree and the regression brute force
+def _brute_force_check(name: str, X, y, depth: int, summary) -> dict[str, str]:
+    """The brute force's SSE and ours relative to it, on the whole data, or on a fixed
+    random subsample (both solved there) where the whole is out of its reach: always at
+    depth 3 (O(n^5)), at depth 2 above BRUTE_FORCE_D2_CELLS."""
+    if depth > 3:
+        return {}
+    size = len(X) if depth < 3 else min(len(X), SUBSAMPLE_D3)
+
+    def sample(size: int) -> np.ndarray:  # a fixed subsample of each size
+        return np.random.default_rng(0).choice(len(X), size, replace=False)
+
+    def cells(size: int) -> float:
+        return float(sum(len(np.unique(column)) for column in X[sample(size)].T)) ** 2
+
+    while depth == 2 and size > SUBSAMPLE_D3 and cells(size) > BRUTE_FORCE_D2_CELLS:
+        # distinct values grow more slowly than rows: shrink until the grid fits
+        scale = (BRUTE_FORCE_D2_CELLS / cells(size)) ** 0.5
+        size = max(SUBSAMPLE_D3, min(size // 2 + 1, int(size * scale)))
+    brute = {1: bruteforce.depth1_sse, 2: bruteforce.depth2_sse, 3: bruteforce.depth3_sse}
+    t0 = time.perf_counter()
+    if size == len(X):
+        ref = brute[depth](X, y)
+        _log(f"{name}: brute force SSE {ref:.10g} in {time.perf_counter() - t0:.2f}s")
+        if summary is None:
+            return {"brute-force SSE": f"{ref:.10g}"}
+        rel = (summary["objective"] - ref) / max(abs(ref), 1e-300)
+        return {"brute-force SSE": f"{ref:.10g}", "rel. diff": f"{rel:.2e}"}
+    from qbnb_jax import solve
+
+    idx = sample(size)
+    ref = brute[depth](X[idx], y[idx])
+    sub = solve(X[idx], y[idx], task="regression", depth=depth).objective
+    _log(f"{name}: subsample of {size}: brute force SSE {ref:.10g}, ours {sub:.10g} "
+         f"({time.perf_counter() - t0:.1f}s)")
+    return {"brute-force SSE": f"{ref:.10g} (n={size})",
+            "rel. diff": f"{(sub - ref) / max(abs(ref), 1e-300):.2e} (n={size})"}
+
+
 # ---------------------------------------------------------------------------------------
 def _contree(X, y, depth: int, repeat: int, time_limit: float | None) -> dict[str, Any]:
     try:
@@ -400,7 +445,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     _configure_jax_cache(args.jax_cache)
-    bf = bruteforce if args.check_regression else None
 
     optima = (load_optima(root) if root is not None else {}).get(args.depth, {})
     mismatches: list[str] = []
@@ -534,28 +578,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if args.check_regression:
             row["brute-force SSE"], row["rel. diff"] = "-", "-"
-            if task == "regression" and args.depth == 3 and bf is not None:
-                # No brute force reaches depth 3 on whole datasets: compare ours with the
-                # brute force on a fixed random subsample instead.
-                from qbnb_jax import solve
-
-                idx = np.random.default_rng(0).choice(len(X), min(len(X), SUBSAMPLE_D3),
-                                                      replace=False)
-                t0 = time.perf_counter()
-                ref = bf.depth3_sse(X[idx], y[idx])
-                sub = solve(X[idx], y[idx], task="regression", depth=3).objective
-                _log(f"{name}: subsample of {len(idx)}: brute force SSE {ref:.10g}, ours "
-                     f"{sub:.10g} ({time.perf_counter() - t0:.1f}s)")
-                row["brute-force SSE"] = f"{ref:.10g} (n={len(idx)})"
-                row["rel. diff"] = f"{(sub - ref) / max(abs(ref), 1e-300):.2e} (n={len(idx)})"
-            if task == "regression" and args.depth <= 2 and bf is not None:
-                t0 = time.perf_counter()
-                ref = bf.depth2_sse(X, y) if args.depth == 2 else bf.depth1_sse(X, y)
-                _log(f"{name}: brute force SSE {ref:.10g} in {time.perf_counter() - t0:.2f}s")
-                row["brute-force SSE"] = f"{ref:.10g}"
-                if summary is not None:
-                    rel = (summary["objective"] - ref) / max(abs(ref), 1e-300)
-                    row["rel. diff"] = f"{rel:.2e}"
+            if task == "regression":
+                row.update(_brute_force_check(name, X, y, args.depth, summary))
         rows.append([row.get(h, "-") for h in headers])
 
     table = _markdown(headers, rows)
