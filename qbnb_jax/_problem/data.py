@@ -668,10 +668,11 @@ def encode_labels(y, n: int) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("y contains NaN or infinity.")
     if arr.dtype.kind == "c":
         raise ValueError("Classification labels must not be complex numbers.")
-    if arr.dtype.kind == "f" and not np.all(arr == np.round(arr)):
+    fractional = arr != np.round(arr) if arr.dtype.kind == "f" else None
+    if fractional is not None and fractional.any():
         # scikit-learn's classifiers refuse these too ("continuous" targets): every
         # distinct value would be a class, and tables grow with the classes
-        i = int(np.nonzero(arr != np.round(arr))[0][0])
+        i = int(np.argmax(fractional))
         raise ValueError(f"Classification labels in y are continuous (non-integer floats, "
                          f"e.g. {float(arr[i])!r} at row {i}): use task='regression', or give the "
                          "classes as integers or strings.")

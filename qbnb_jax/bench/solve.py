@@ -292,6 +292,7 @@ def _run_cold(name: str, root: Path | None, args) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------
 # ConTree and the regression brute force
+# ---------------------------------------------------------------------------------------
 def _brute_force_check(name: str, X, y, depth: int, summary) -> dict[str, str]:
     """The brute force's SSE and ours relative to it, on the whole data, or on a fixed
     random subsample (both solved there) where the whole is out of its reach: always at
@@ -306,31 +307,35 @@ def _brute_force_check(name: str, X, y, depth: int, summary) -> dict[str, str]:
     def cells(size: int) -> float:
         return float(sum(len(np.unique(column)) for column in X[sample(size)].T)) ** 2
 
-    while depth == 2 and size > SUBSAMPLE_D3 and cells(size) > BRUTE_FORCE_D2_CELLS:
+    while depth == 2 and size > SUBSAMPLE_D3:
+        grid = cells(size)
+        if grid <= BRUTE_FORCE_D2_CELLS:
+            break
         # distinct values grow more slowly than rows: shrink until the grid fits
-        scale = (BRUTE_FORCE_D2_CELLS / cells(size)) ** 0.5
-        size = max(SUBSAMPLE_D3, min(size // 2 + 1, int(size * scale)))
+        size = max(SUBSAMPLE_D3, min(size // 2 + 1,
+                                     int(size * (BRUTE_FORCE_D2_CELLS / grid) ** 0.5)))
     brute = {1: bruteforce.depth1_sse, 2: bruteforce.depth2_sse, 3: bruteforce.depth3_sse}
     t0 = time.perf_counter()
     if size == len(X):
         ref = brute[depth](X, y)
+        ours = None if summary is None else summary["objective"]
+        suffix = ""
         _log(f"{name}: brute force SSE {ref:.10g} in {time.perf_counter() - t0:.2f}s")
-        if summary is None:
-            return {"brute-force SSE": f"{ref:.10g}"}
-        rel = (summary["objective"] - ref) / max(abs(ref), 1e-300)
-        return {"brute-force SSE": f"{ref:.10g}", "rel. diff": f"{rel:.2e}"}
-    from qbnb_jax import solve
+    else:
+        from qbnb_jax import solve
 
-    idx = sample(size)
-    ref = brute[depth](X[idx], y[idx])
-    sub = solve(X[idx], y[idx], task="regression", depth=depth).objective
-    _log(f"{name}: subsample of {size}: brute force SSE {ref:.10g}, ours {sub:.10g} "
-         f"({time.perf_counter() - t0:.1f}s)")
-    return {"brute-force SSE": f"{ref:.10g} (n={size})",
-            "rel. diff": f"{(sub - ref) / max(abs(ref), 1e-300):.2e} (n={size})"}
+        idx = sample(size)
+        ref = brute[depth](X[idx], y[idx])
+        ours = solve(X[idx], y[idx], task="regression", depth=depth).objective
+        suffix = f" (n={size})"
+        _log(f"{name}: subsample of {size}: brute force SSE {ref:.10g}, ours {ours:.10g} "
+             f"({time.perf_counter() - t0:.1f}s)")
+    out = {"brute-force SSE": f"{ref:.10g}{suffix}"}
+    if ours is not None:
+        out["rel. diff"] = f"{(ours - ref) / max(abs(ref), 1e-300):.2e}{suffix}"
+    return out
 
 
-# ---------------------------------------------------------------------------------------
 def _contree(X, y, depth: int, repeat: int, time_limit: float | None) -> dict[str, Any]:
     try:
         from pycontree import ConTree
