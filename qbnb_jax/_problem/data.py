@@ -13,6 +13,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 
 from qbnb_jax._device.parallel import run_all
+from qbnb_jax._problem.duplicates import repeated_row_groups
 from qbnb_jax._problem.leaf_limits import LeafLimits
 from qbnb_jax._problem.missing import MissingColumns, virtual_features
 from qbnb_jax._problem.scaling import SAFE_MAX, SAFE_MIN, sse_setup
@@ -706,7 +707,8 @@ def as_targets(y, n: int) -> np.ndarray:
     return arr
 
 
-def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
+def make_problem(X, y, *, task: str, sample_weight=None, merge_repeats: bool = False
+                 ) -> Problem:
     """Validate inputs and build the presorted arrays of docs/design.md, "Problem and data layout".
 
     Inputs float64 cannot hold well enough to prove an optimum are refused, naming
@@ -719,6 +721,11 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
     (X, y, sample_weight) must be exact in float64 (|v| <= 2**53, or fewer
     significant bits). Missing values (NaN) in X: each column with NaN becomes two
     virtual features (`_problem/missing.py`), chosen from X alone, whatever the weights.
+
+    `merge_repeats`: classification with integer weights and no missing value, rows of
+    equal features and class become one row of their summed weight
+    (`_problem/duplicates.py`; the same optimum, shorter sweeps). Callers that
+    count rows (leaf limits) or index the problem's rows by the caller's keep it off.
     """
     task = check_task(task)
     X, missing = virtual_features(as_feature_matrix(X))
@@ -727,18 +734,24 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
     if task == "classification":
         classes, codes = encode_labels(y, n_all)
         y_enc: np.ndarray = codes
-        offset = None
     else:
         classes = None
         y_enc = as_targets(y, n_all)
     keep = w > 0
-    X, w, y_enc = X[keep], w[keep], y_enc[keep]
-    n, p = X.shape
+    return _presorted_problem(task, X[keep], y_enc[keep], w[keep], integral, classes,
+                              missing, merge_repeats)
 
+
+def _presorted_problem(task: Task, X: np.ndarray, y_enc: np.ndarray, w: np.ndarray,
+                       integral: bool, classes: np.ndarray | None,
+                       missing: MissingColumns | None, merge_repeats: bool) -> Problem:
+    """`make_problem` of validated rows of positive weight (`y_enc`: class codes into
+    `classes`, or targets)."""
+    n = X.shape[0]
     exponents = (0, 0)
+    offset = None
     if task == "classification":
-        n_classes = len(classes)
-        onehot = np.zeros((n, n_classes), dtype=np.float64)
+        onehot = np.zeros((n, len(classes)), dtype=np.float64)
         onehot[np.arange(n), y_enc] = 1.0
         if integral:
             stats = (onehot * w[:, None]).astype(np.int32)
@@ -759,6 +772,13 @@ def make_problem(X, y, *, task: str, sample_weight=None) -> Problem:
     rank, value_rank, cut_valid, cut_pos, n_thresholds, slack_left = _presorted(
         perm, changes, slack
     )
+    if merge_repeats and loss_kind == "count" and missing is None:
+        groups = repeated_row_groups(value_rank, changes, y_enc)
+        if groups is not None:
+            first, group = groups
+            merged_weight = np.bincount(group, weights=w, minlength=len(first))  # integers
+            return _presorted_problem(task, X[first], y_enc[first], merged_weight, integral,
+                                      classes, missing, merge_repeats=False)
     return Problem(
         task=task,
         loss_kind=loss_kind,

@@ -292,7 +292,8 @@ def _solve_datasets(datasets, task: str, depth: int, options: SearchOptions
         if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
             raise ValueError(f"datasets[{i}] must be a tuple (X, y) or (X, y, sample_weight).")
         Xi, yi, wi = (*item, None)[:3]
-        problems.append(make_problem(Xi, yi, task=task, sample_weight=wi))
+        problems.append(make_problem(Xi, yi, task=task, sample_weight=wi,
+                                     merge_repeats=True))
     return _solve_problems(_Batch(problems, problems, list(range(len(problems)))), depth,
                            options)
 

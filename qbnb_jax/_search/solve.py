@@ -253,7 +253,9 @@ def solve(
     stop = threading.Event()
     if limited and progress is not None:
         progress = quiet_after(stop, progress)
-    problem = make_problem(X, y, task=task, sample_weight=sample_weight)
+    # rows merge unless leaves count them (min_samples_leaf)
+    problem = make_problem(X, y, task=task, sample_weight=sample_weight,
+                           merge_repeats=min_samples_leaf == 1)
     if depth >= 2:  # refused now, not after the host's first trees
         check_tables_fit(1, 1, problem.p, padded_length(problem.n), problem)
     limits = leaf_limits(min_samples_leaf, min_weight_fraction_leaf, len(X),

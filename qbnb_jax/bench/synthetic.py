@@ -14,7 +14,10 @@ something to prune with and something to fight:
   paper's largest depth-2 regression set, "news");
 - `synth-reg3-wide`: regression, 3 targets, n = 10,000, p = 40;
 - `synth-class5-wide`: 5 classes, n = 10,000, p = 100;
-- `synth-class20-wide`: 20 classes, n = 20,000, p = 40.
+- `synth-class20-wide`: 20 classes, n = 20,000, p = 40;
+- `synth-pixels`: two classes, n = 196,045 rows of p = 3 integer features 0..255
+  drawn from 51,000 distinct rows (the shape of the paper's "skin" set: colour
+  values that repeat), so most rows repeat another.
 
 In the wide sets most features are noise: the search must prove them useless.
 
@@ -49,6 +52,19 @@ def _classification(n: int, p: int, classes: int, seed: int):
     return X, y.astype(np.int64), "classification"
 
 
+def _repeated_pixels(n: int, distinct: int, seed: int):
+    rng = np.random.default_rng(seed)
+    pool = rng.integers(0, 256, size=(distinct, 3)).astype(np.float64)
+    score = 0.8 * pool[:, 0] - 0.5 * pool[:, 1] + 0.3 * pool[:, 2]
+    score += rng.normal(scale=30.0, size=distinct)
+    label = (score > np.quantile(score, 0.79)).astype(np.int64)
+    rows = rng.integers(0, distinct, n)
+    y = label[rows]
+    flip = rng.random(n) < 0.02  # label noise: some repeats disagree
+    y[flip] = 1 - y[flip]
+    return pool[rows], y, "classification"
+
+
 SYNTHETIC = {
     "synth-reg1": lambda: _regression(8000, 12, 1, seed=11),
     "synth-reg3": lambda: _regression(8576, 5, 3, seed=13),
@@ -61,6 +77,7 @@ SYNTHETIC = {
     "synth-reg3-wide": lambda: _regression(10_000, 40, 3, seed=41),
     "synth-class5-wide": lambda: _classification(10_000, 100, 5, seed=43),
     "synth-class20-wide": lambda: _classification(20_000, 40, 20, seed=47),
+    "synth-pixels": lambda: _repeated_pixels(196_045, 51_000, seed=53),
 }
 
 
