@@ -151,3 +151,20 @@ def test_no_groups_when_a_feature_tells_every_row_apart():
     rng = np.random.default_rng(seed_of("merge-distinct"))
     X = np.column_stack([rng.integers(0, 2, 100), np.arange(100)]).astype(np.float64)
     assert groups_of(X, rng.integers(0, 2, 100)) is None
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("classes", [2, 3])
+def test_batches_of_repeated_rows_equal_solve(depth, classes):
+    rng = np.random.default_rng(seed_of("merge-batch", depth, classes))
+    X, y = repeated_rows(rng, 240, 3, classes)
+    n = len(y)
+    problems = 40 if depth == 2 else 6  # 40: the kernels' problem lanes serve depth 2
+    W = rng.multinomial(n, np.full(n, 1.0 / n), size=problems).astype(np.float64)
+    W[0] = rng.random(n) >= 0.2  # a fold
+    base = make_problem(X, y, task="classification")
+    assert repeated_row_groups(base.value_rank, base.cut_valid[:, 1:-1], base.y) is not None
+    batched = qbnb_jax.solve_batch(X, y, W, task="classification", depth=depth)
+    for w, got in zip(W, batched):
+        assert same_result(got, qbnb_jax.solve(X, y, task="classification", depth=depth,
+                                               sample_weight=w))

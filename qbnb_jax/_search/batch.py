@@ -47,6 +47,7 @@ from qbnb_jax._problem.data import (
     positive_layouts,
     reweighted_samples,
 )
+from qbnb_jax._problem.duplicates import repeated_row_groups
 from qbnb_jax._problem.host import (
     depth2_splits_shared,
     depth2_trees_reweighted,
@@ -136,6 +137,7 @@ def _solve_batch(X, y, sample_weights, task: str, depth: int, options: SearchOpt
     W = _as_weight_matrix(sample_weights, base.n)
     integral = _check_rows(W)
     if task == "classification" and integral:
+        base, W = _merge_repeated_rows(base, W)
         # Integer counts are exact in any order: one shared layout for every problem.
         if options.progress is None and THREADS > 1 and len(W) >= 2 * SPLIT_FROM:
             return _in_two_halves(lambda rows: _solve_stacked(base, W[rows], depth, options),
@@ -154,6 +156,24 @@ def _solve_batch(X, y, sample_weights, task: str, depth: int, options: SearchOpt
     problems = [make_problem(X, y, task=task, sample_weight=w) for w in W]
     return _solve_problems(_Batch(problems, problems, list(range(len(problems)))), depth,
                            options)
+
+
+def _merge_repeated_rows(base: Problem, W: np.ndarray) -> tuple[Problem, np.ndarray]:
+    """`base` (made without weights) over its distinct (row, class) pairs, and each
+    weighting summed over the rows of each pair (docs/design.md, "Repeated rows"): each
+    problem keeps its thresholds and sums, so it takes the path `solve` takes of it,
+    merged or not."""
+    if base.missing is not None:
+        return base, W
+    groups = repeated_row_groups(base.value_rank, base.cut_valid[:, 1:-1], base.y)
+    if groups is None:
+        return base, W
+    first, group = groups
+    order = np.argsort(group, kind="stable")
+    starts = np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]])
+    merged = make_problem(base.X[first], base.classes[base.y[first]],
+                          task="classification")
+    return merged, np.add.reduceat(W[:, order], starts, axis=1)  # integers: exact
 
 
 def _solve_floats(base: Problem, W: np.ndarray, targets: np.ndarray | None, depth: int,
