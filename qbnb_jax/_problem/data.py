@@ -1033,8 +1033,8 @@ def compact_sides(sources: list[SortedSamples], masks: list[np.ndarray]) -> Comp
                         sample_signed, perm, rank, value_rank, sizes, slack_kind == "count")
 
 
-# Rows of at least this many samples sort with numpy's stable argsort (a radix or
-# merge sort), shorter ones by the default sort of unique keys (`_stable_order_keys`):
+# Rows of at least this many samples sort with numpy's stable argsort (a merge sort
+# for floats), shorter ones by the default sort of unique keys (`_stable_order_keys`):
 # measured on normal and rounded columns, the keys were about 10% faster at 4,000
 # samples and up to 1.8x slower from 30,000 on.
 STABLE_ARGSORT_FROM = 1 << 14
