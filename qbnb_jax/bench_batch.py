@@ -15,7 +15,8 @@ P weightings of one dataset, each a depth-d problem, solved three ways in one ru
 The data (`--source`): a synthetic problem (the default: a noisy two-feature XOR rule
 among p features for two classes; `--classes K` bands of a noisy score; `--task
 regression` with `--targets m`: a step signal plus noise), or `n` rows sampled from a
-dataset of ``../shared/datasets`` (`--source page`). The weightings (`--weights`):
+dataset of ``../shared/datasets`` (`--source page`) or of a generated benchmark set
+(`--source synth-class12`, no files needed). The weightings (`--weights`):
 bootstrap counts, 0/1 folds (each problem leaves out a random fifth), or fractional
 (bootstrap counts times class-balanced weights for classification, times uniform
 factors for regression).
@@ -60,13 +61,19 @@ def make_data(n: int, p: int, seed: int, *, task: str = "classification", classe
 
 
 def sample_dataset(name: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
-    """`n` rows (without replacement) of a dataset of ../shared/datasets."""
+    """`n` rows (without replacement) of a dataset of ../shared/datasets or of a
+    generated benchmark set (`bench/synthetic.py`, e.g. `synth-class12`)."""
     from qbnb_jax.bench.datasets import find_datasets_dir, load_dataset
+    from qbnb_jax.bench.synthetic import SYNTHETIC, load_synthetic
 
-    root = find_datasets_dir()
-    if root is None:
-        raise SystemExit(f"--source {name}: the datasets folder ../shared/datasets is absent")
-    X, y, task = load_dataset(root, name)
+    if name in SYNTHETIC:
+        X, y, task = load_synthetic(name)
+    else:
+        root = find_datasets_dir()
+        if root is None:
+            raise SystemExit(f"--source {name}: the datasets folder ../shared/datasets is "
+                             "absent (generated sets: " + ", ".join(SYNTHETIC) + ")")
+        X, y, task = load_dataset(root, name)
     rows = np.sort(np.random.default_rng(seed).choice(len(X), min(n, len(X)), replace=False))
     keep = np.ptp(X[rows], axis=0) > 0  # features constant on the sample: never split
     return np.ascontiguousarray(X[rows][:, keep]), y[rows], task
@@ -114,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--p", type=int, default=10, help="features (synthetic source)")
     ap.add_argument("--depth", type=int, default=2, choices=(1, 2, 3), help="tree depth")
     ap.add_argument("--source", default="synthetic",
-                    help="'synthetic' or a dataset name of ../shared/datasets (sampled)")
+                    help="'synthetic', a dataset name of ../shared/datasets or a "
+                    "generated set such as synth-class12 (sampled)")
     ap.add_argument("--task", choices=("classification", "regression"),
                     default="classification", help="task of the synthetic source")
     ap.add_argument("--classes", type=int, default=2, help="classes (synthetic)")

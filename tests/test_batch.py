@@ -351,6 +351,7 @@ def test_bench_batch_smoke(capsys):
 @pytest.mark.parametrize("options", [
     ["--task", "regression", "--targets", "2", "--weights", "folds", "--depth", "1"],
     ["--classes", "4", "--weights", "fractional"],
+    ["--source", "synth-pixels"],  # a generated set, sampled: no files needed
 ])
 def test_bench_batch_options(capsys, options):
     from qbnb_jax import bench_batch
