@@ -63,17 +63,14 @@ def make_data(n: int, p: int, seed: int, *, task: str = "classification", classe
 def sample_dataset(name: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
     """`n` rows (without replacement) of a dataset of ../shared/datasets or of a
     generated benchmark set (`bench/synthetic.py`, e.g. `synth-class12`)."""
-    from qbnb_jax.bench.datasets import find_datasets_dir, load_dataset
-    from qbnb_jax.bench.synthetic import SYNTHETIC, load_synthetic
+    from qbnb_jax.bench.datasets import find_datasets_dir
+    from qbnb_jax.bench.synthetic import SYNTHETIC, load_named
 
-    if name in SYNTHETIC:
-        X, y, task = load_synthetic(name)
-    else:
-        root = find_datasets_dir()
-        if root is None:
-            raise SystemExit(f"--source {name}: the datasets folder ../shared/datasets is "
-                             "absent (generated sets: " + ", ".join(SYNTHETIC) + ")")
-        X, y, task = load_dataset(root, name)
+    root = find_datasets_dir()
+    if root is None and name not in SYNTHETIC:
+        raise SystemExit(f"--source {name}: the datasets folder ../shared/datasets is "
+                         "absent (generated sets: " + ", ".join(SYNTHETIC) + ")")
+    X, y, task = load_named(root, name)
     rows = np.sort(np.random.default_rng(seed).choice(len(X), min(n, len(X)), replace=False))
     keep = np.ptp(X[rows], axis=0) > 0  # features constant on the sample: never split
     return np.ascontiguousarray(X[rows][:, keep]), y[rows], task

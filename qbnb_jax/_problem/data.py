@@ -1052,19 +1052,30 @@ def stable_order(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inside a `run_all` task)."""
     p, n = columns.shape
     sort = _stable_order_keys if n < STABLE_ARGSORT_FROM else _stable_order_argsort
-    blocks = min(THREADS, p)
-    if blocks < 2 or p * n < THREADED_SORT_FROM:
+    if not _threads_pay(p, n):
         return sort(columns)
-    perm = np.empty((p, n), dtype=np.int32)
-    changes = np.empty((p, max(n - 1, 0)), dtype=bool)
-    edges = np.linspace(0, p, blocks + 1).astype(int)
+    out = (np.empty((p, n), dtype=np.int32), np.empty((p, max(n - 1, 0)), dtype=bool))
+    return _by_feature_blocks(lambda rows: sort(columns[rows]), out)
 
-    def sort_block(b: int) -> None:
+
+def _threads_pay(p: int, n: int) -> bool:
+    """Whether per-feature host work on `(p, n)` is split over the threads."""
+    return min(THREADS, p) >= 2 and p * n >= THREADED_SORT_FROM
+
+
+def _by_feature_blocks(compute, out: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """`out` filled a block of features (leading rows) per thread of `run_all`:
+    `compute(rows)` returns the block's part of each array of `out`."""
+    p = len(out[0])
+    edges = np.linspace(0, p, min(THREADS, p) + 1).astype(int)
+
+    def fill(b: int) -> None:
         rows = slice(edges[b], edges[b + 1])
-        perm[rows], changes[rows] = sort(columns[rows])
+        for table, part in zip(out, compute(rows)):
+            table[rows] = part
 
-    run_all(sort_block, range(blocks))
-    return perm, changes
+    run_all(fill, range(len(edges) - 1))
+    return out
 
 
 def _stable_order_argsort(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1105,21 +1116,13 @@ def _presorted(perm: np.ndarray, changes: np.ndarray, slack: np.ndarray,
     `run_all`, as `stable_order` (never from inside a `run_all` task).
     """
     p, n = perm.shape
-    blocks = min(THREADS, p)
-    if not threaded or blocks < 2 or p * n < THREADED_SORT_FROM:
+    if not (threaded and _threads_pay(p, n)):
         return _presorted_block(perm, changes, slack)
     out = (np.empty((p, n), np.int32), np.empty((p, n), np.int32),
            np.empty((p, n + 1), bool), np.empty((p, n + 1), np.int32),
            np.empty(p, np.int32), np.empty((p, n + 1)))
-    edges = np.linspace(0, p, blocks + 1).astype(int)
-
-    def fill(b: int) -> None:
-        rows = slice(edges[b], edges[b + 1])
-        for table, part in zip(out, _presorted_block(perm[rows], changes[rows], slack)):
-            table[rows] = part
-
-    run_all(fill, range(blocks))
-    return out
+    return _by_feature_blocks(
+        lambda rows: _presorted_block(perm[rows], changes[rows], slack), out)
 
 
 def _presorted_block(perm: np.ndarray, changes: np.ndarray, slack: np.ndarray):

@@ -32,27 +32,27 @@ def repeated_row_groups(value_rank: np.ndarray, changes: np.ndarray, codes: np.n
     p, n = value_rank.shape
     if n < 2 or p == 0 or changes.all(axis=1).any():  # a feature tells every row apart
         return None
-    ranks = value_rank
     sizes = changes.sum(axis=1, dtype=np.int64) + 1
     exact = np.sum(np.log2(sizes.astype(np.float64))) + np.log2(codes.max(initial=0) + 1) < 62
     with np.errstate(over="ignore"):
         if exact:  # a mixed-radix number of the ranks: equal keys, equal rows
             key = codes.astype(np.int64)
             for f in range(p):
-                key = key * sizes[f] + ranks[f]
+                key = key * sizes[f] + value_rank[f]
         else:  # a hash; rows of one key are compared below
             key = codes.astype(np.uint64)
             for f in range(p):
-                key = (key ^ ranks[f].astype(np.uint64)) * _HASH_MULTIPLIER
+                key = (key ^ value_rank[f].astype(np.uint64)) * _HASH_MULTIPLIER
     _, first, group = np.unique(key, return_index=True, return_inverse=True)
     if len(first) > (1 - MIN_SHARE_MERGED) * n:
         return None
     order = np.argsort(first)  # groups in order of their first rows
     renumber = np.empty_like(order)
     renumber[order] = np.arange(len(order))
-    first, group = first[order], renumber[group.reshape(-1)]
+    first, group = first[order], renumber[group]
     if not exact:
         lead = first[group]
-        if not (np.array_equal(ranks[:, lead], ranks) and np.array_equal(codes[lead], codes)):
+        if not (np.array_equal(value_rank[:, lead], value_rank)
+                and np.array_equal(codes[lead], codes)):
             return None  # two rows of one hash differ: leave the rows as they are
     return first, group

@@ -170,7 +170,8 @@ def _merge_repeated_rows(base: Problem, W: np.ndarray) -> tuple[Problem, np.ndar
         return base, W
     first, group = groups
     order = np.argsort(group, kind="stable")
-    starts = np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]])
+    in_order = group[order]
+    starts = np.flatnonzero(np.r_[True, in_order[1:] != in_order[:-1]])
     merged = make_problem(base.X[first], base.classes[base.y[first]],
                           task="classification")
     return merged, np.add.reduceat(W[:, order], starts, axis=1)  # integers: exact

@@ -53,10 +53,9 @@ from qbnb_jax.bench.datasets import (
     check_optimum,
     find_datasets_dir,
     list_datasets,
-    load_dataset,
     load_optima,
 )
-from qbnb_jax.bench.synthetic import SYNTHETIC, load_synthetic
+from qbnb_jax.bench.synthetic import SYNTHETIC, load_named
 
 PROG = "python -m qbnb_jax.bench"
 _COLD_MARK = "QBNB_BENCH_COLD_RESULT "
@@ -239,10 +238,6 @@ def _maybe_float(v) -> float | None:
     return None if v is None else float(v)
 
 
-def _load(root, name: str):
-    return load_synthetic(name) if name in SYNTHETIC else load_dataset(root, name)
-
-
 def _cold_main(args) -> int:
     """Child process: load one dataset, solve once, print a JSON line."""
     out: dict[str, Any] = {"name": args._cold}
@@ -253,7 +248,7 @@ def _cold_main(args) -> int:
         root = find_datasets_dir(args.data_dir)
         if root is None and args._cold not in SYNTHETIC:
             raise FileNotFoundError(f"datasets folder not found: {args.data_dir}")
-        X, y, task = _load(root, args._cold)
+        X, y, task = load_named(root, args._cold)
         # qbnb_jax and jax are imported already (this module is part of the package);
         # backend initialisation and compilation fall inside the timed first solve.
         seconds, res = _solve(X, y, task, args)
@@ -468,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes: list[str] = []
 
     for name in names:
-        X, y, task = _load(root, name)
+        X, y, task = load_named(root, name)
         n, p = X.shape
         k = len(np.unique(y)) if task == "classification" else (1 if y.ndim == 1 else y.shape[1])
         row = {"dataset": name, "n": str(n), "p": str(p), "classes/targets": str(k)}

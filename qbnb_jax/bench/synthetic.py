@@ -84,3 +84,13 @@ SYNTHETIC = {
 def load_synthetic(name: str) -> tuple[np.ndarray, np.ndarray, str]:
     """`(X, y, task)` of generated problem `name` (a key of `SYNTHETIC`)."""
     return SYNTHETIC[name]()
+
+
+def load_named(root, name: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """`(X, y, task)` of a generated problem, or else of the dataset `name` of the
+    datasets folder `root` (`datasets.load_dataset`)."""
+    if name in SYNTHETIC:
+        return load_synthetic(name)
+    from qbnb_jax.bench.datasets import load_dataset
+
+    return load_dataset(root, name)
