@@ -154,8 +154,16 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
             owner.sides[keys[j]] = (lower, upper,
                                     lasting_splits(splits, sources[owners[j]], keys[j]))
 
-    # largest first: the last batches taken are short, so both threads end together
-    side_threads(solve, lockstep_batches(sizes, searches[0].problem.p)[::-1])
+    # A batch's depth-2 searches share one feature count (`solve_many` pads datasets of
+    # different widths; padding features are never swept). Largest first: the last
+    # batches taken are short, so both threads end together.
+    widths = np.array([searches[i].problem.p for i in owners])
+    batches = []
+    for p in np.unique(widths):
+        members = np.flatnonzero(widths == p)
+        batches += [[int(members[j]) for j in batch]
+                    for batch in lockstep_batches(np.asarray(sizes)[members], int(p))[::-1]]
+    side_threads(solve, sorted(batches, key=lambda batch: -max(sizes[j] for j in batch)))
 
 
 def _out_of_time(searches: list[DeepSearch], owners: list[int], keys: list[tuple],
