@@ -406,6 +406,8 @@ class _Batch:
 
 
 def _solve_problems(batch: _Batch, depth: int, options: SearchOptions) -> list[SolveResult]:
+    if depth >= 3 and {pr.loss_kind for pr in batch.problems} == {"count", "weighted"}:
+        return _solve_by_kind(batch, depth, options)
     enable_persistent_cache()
     problems, layouts, layout_of = batch.problems, batch.layouts, batch.layout_of
     if batch.own is not None:  # swept on each problem's own samples, as solve() sweeps
@@ -447,6 +449,25 @@ def _solve_problems(batch: _Batch, depth: int, options: SearchOptions) -> list[S
         search.runner = runner  # every result reports the batch's kernel counters
         out.append(_make_result(search, depth, q, tree))
     return out
+
+
+def _solve_by_kind(batch: _Batch, depth: int, options: SearchOptions) -> list[SolveResult]:
+    """A deep batch of integer counts and fractional weights, each kind as a batch of
+    its own (each problem on its own layout, as such batches are built).
+
+    A deep search's sides share their batch's kernel data, so they would sweep
+    integer counts as floats and give those problems the float tolerance: a proved
+    bound below the objective where solve() proves it equal (docs/design.md,
+    "Batching"). Apart, each problem's search is its solve's."""
+    assert batch.layouts is batch.problems and batch.own is None
+    results: list = [None] * len(batch.problems)
+    for kind in ("count", "weighted"):
+        members = [i for i, pr in enumerate(batch.problems) if pr.loss_kind == kind]
+        group = [batch.problems[i] for i in members]
+        solved = _solve_problems(_Batch(group, group, list(range(len(group)))), depth, options)
+        for i, result in zip(members, solved):
+            results[i] = result
+    return results
 
 
 def _solve_shallow(batch: _Batch, depth: int, options: SearchOptions, runner: KernelRunner
