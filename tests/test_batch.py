@@ -383,20 +383,26 @@ def test_many_class_batches_equal_one_by_one(n_classes):
     """Batches of 12 and 24 classes (more than the class lanes and the class grid
     take), integer counts (bootstraps, a fold) beside a fractional row, at depths 1
     to 3, return solve()'s trees, objectives and bounds: at depth 3 the counts keep
-    their exact bound (`_solve_by_kind`)."""
+    their exact bound (`_solve_by_kind`); 24 classes take the class-ordered sweeps."""
+    from qbnb_jax._search.batch import OWN_LAYOUTS_FROM
+
+    assert OWN_LAYOUTS_FROM <= 8
     rng = np.random.default_rng(n_classes)
     n, p = 90, 3
     X = np.round(rng.normal(size=(n, p)), 1)
     y = np.digitize(X[:, 0] - 0.7 * X[:, 1] + 0.4 * rng.normal(size=n),
                     np.linspace(-1.5, 1.5, n_classes - 1))
-    assert len(np.unique(y)) > 8
-    W = rng.multinomial(n, np.full(n, 1 / n), size=5).astype(float)
+    y[:n_classes] = np.arange(n_classes)  # every class present
+    # enough problems that counts sweep each problem's own samples (OWN_LAYOUTS_FROM)
+    W = rng.multinomial(n, np.full(n, 1 / n), size=9).astype(float)
     W[0] = rng.random(n) < 0.7  # a fold
     W[1] = W[1] * rng.uniform(0.5, 2.0, n)  # fractional
     W[:, 0] += 1  # no row all zero
+    integral = np.delete(W, 1, axis=0)  # counts alone share one layout
     for depth in (1, 2, 3):
-        batch = W if depth < 3 else W[:3]
-        results = qbnb_jax.solve_batch(X, y, batch, task="classification", depth=depth)
-        for i, (w, res) in enumerate(zip(batch, results)):
-            alone = qbnb_jax.solve(X, y, task="classification", depth=depth, sample_weight=w)
-            assert_same(res, alone, "classification", f"depth={depth} i={i}")
+        for batch in (W, integral) if depth < 3 else (W[:3],):
+            results = qbnb_jax.solve_batch(X, y, batch, task="classification", depth=depth)
+            for i, (w, res) in enumerate(zip(batch, results)):
+                alone = qbnb_jax.solve(X, y, task="classification", depth=depth,
+                                       sample_weight=w)
+                assert_same(res, alone, "classification", f"depth={depth} i={i}")

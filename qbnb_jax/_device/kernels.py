@@ -264,8 +264,8 @@ class SweepData(eqx.Module):
                                   signed_chunks=signed_chunks)
         if class_order:
             stats = np.zeros((count, n_pad, first.n_channels), first.stats.dtype)
-            for i, pr in enumerate(problems):
-                stats[i, : pr.n] = pr.stats
+            for i, pr in enumerate(problems):  # a batch's own-samples rows: its stats' rows
+                stats[i, : len(pr.stats)] = pr.stats
             tables.update(class_tables(stats, perm, layout_of, bucket, scan_dtype))
         else:
             empty = np.zeros((0, 0, 0), np.int32)
