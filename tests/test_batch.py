@@ -245,7 +245,7 @@ def test_solve_many_pads_different_problems(task):
         for d, res in zip(datasets, results):
             alone = qbnb_jax.solve(d[0], d[1], task=task, depth=depth,
                                    sample_weight=d[2] if len(d) == 3 else None)
-            assert_same(res, alone, task, f"n={len(d[0])}", same_bound=False)
+            assert_same(res, alone, task, f"n={len(d[0])}")
             assert res.n_features == d[0].shape[1]
 
 

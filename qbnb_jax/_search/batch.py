@@ -315,8 +315,25 @@ def _solve_datasets(datasets, task: str, depth: int, options: SearchOptions
         Xi, yi, wi = (*item, None)[:3]
         problems.append(make_problem(Xi, yi, task=task, sample_weight=wi,
                                      merge_repeats=True))
-    return _solve_problems(_Batch(problems, problems, list(range(len(problems)))), depth,
-                           options)
+    # Problems of one stat channel count (classes, or targets) form a batch: padded to
+    # more channels, a problem would be swept by other kernels than its solve()'s
+    # (two classes: by the several-class formula), whose float sums may round
+    # differently, so that ties between trees may go elsewhere.
+    return _solve_in_groups(problems, [pr.n_channels for pr in problems], depth, options)
+
+
+def _solve_in_groups(problems: list[Problem], keys: list, depth: int, options: SearchOptions
+                     ) -> list[SolveResult]:
+    """Problems of equal `keys` as batches of their own, each problem on its own
+    layout; the results in the problems' order."""
+    results: list = [None] * len(problems)
+    for key in dict.fromkeys(keys):
+        members = [i for i, k in enumerate(keys) if k == key]
+        group = [problems[i] for i in members]
+        solved = _solve_problems(_Batch(group, group, list(range(len(group)))), depth, options)
+        for i, result in zip(members, solved):
+            results[i] = result
+    return results
 
 
 # Batches on a shared layout of at least twice this many problems run as two
@@ -460,14 +477,8 @@ def _solve_by_kind(batch: _Batch, depth: int, options: SearchOptions) -> list[So
     bound below the objective where solve() proves it equal (docs/design.md,
     "Batching"). Apart, each problem's search is its solve's."""
     assert batch.layouts is batch.problems and batch.own is None
-    results: list = [None] * len(batch.problems)
-    for kind in ("count", "weighted"):
-        members = [i for i, pr in enumerate(batch.problems) if pr.loss_kind == kind]
-        group = [batch.problems[i] for i in members]
-        solved = _solve_problems(_Batch(group, group, list(range(len(group)))), depth, options)
-        for i, result in zip(members, solved):
-            results[i] = result
-    return results
+    return _solve_in_groups(batch.problems, [pr.loss_kind for pr in batch.problems], depth,
+                            options)
 
 
 def _solve_shallow(batch: _Batch, depth: int, options: SearchOptions, runner: KernelRunner
