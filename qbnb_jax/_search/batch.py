@@ -80,8 +80,10 @@ def solve_batch(
 
     Bootstrap samples are integer weights, cross-validation folds 0/1 weights. Result
     `i` is the tree `solve(X, y, sample_weight=sample_weights[i], ...)` returns: the
-    same tree and objective. The problems share one presorted layout (`X` sorted once;
-    regression and fractional weights at depth 1 and 2 on a CPU, see docs/design.md,
+    same tree, objective and bound (without `time_limit`: under one, `solve` starts
+    from CART's tree, which can break ties between optimal trees differently). The
+    problems share one presorted layout (`X` sorted once; regression and fractional
+    weights at depth 1 and 2 on a CPU, see docs/design.md,
     "Batching"); at depth 2 the others sweep each problem's positive samples alone,
     in orders derived from the shared ones, but integer counts of up to 8 classes and
     regression, in batches of 32 or more problems, where the kernels take the problems
