@@ -398,6 +398,11 @@ class _BaseOptimalTree(BaseEstimator):
 
         Node impurities and sample counts are those of the training data (Gini for a
         classifier, squared error for a regressor), as scikit-learn stores them.
+        scikit-learn's `predict` compares float32 copies of X with the (float64)
+        thresholds: a value within float32 rounding of a threshold (about 1e-7
+        relative) can go the other way than in this estimator's `predict`, and
+        training values that differ only below float32 precision cannot be told
+        apart there.
         """
         from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
         from sklearn.tree._tree import NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED, Tree as SklearnTree
