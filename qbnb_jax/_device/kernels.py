@@ -264,7 +264,9 @@ class SweepData(eqx.Module):
                                   signed_chunks=signed_chunks)
         if class_order:
             stats = np.zeros((count, n_pad, first.n_channels), first.stats.dtype)
-            for i, pr in enumerate(problems):  # a batch's own-samples rows: its stats' rows
+            # by the stats' rows: a batch's problem swept on its own samples holds only
+            # its positive rows' stats (`_positive_rows`), fewer than its n
+            for i, pr in enumerate(problems):
                 stats[i, : len(pr.stats)] = pr.stats
             tables.update(class_tables(stats, perm, layout_of, bucket, scan_dtype))
         else:
