@@ -97,3 +97,26 @@ def test_parallel_plan_calls_take_few_shapes(monkeypatch):
     assert all(length & (length - 1) == 0 for length in lengths)
     monkeypatch.setenv("QBNB_JAX_PLAN", "sequential")
     assert deep_batch.length_steps() == deep_batch.LENGTH_STEPS > 1
+
+
+def test_two_class_calls_spread_rows_over_threads(monkeypatch):
+    """The sequential plan's two-class calls: few rows go to one call per thread (each
+    call walks every position), many to cache-sized chunks; at most three chunk sizes,
+    so at most three compiles per sweep shape."""
+    from qbnb_jax._device import runner as runner_module
+    from qbnb_jax._problem.data import make_problem
+
+    rng = np.random.default_rng(6)
+    X, y = rng.normal(size=(4000, 5)), rng.integers(0, 2, 4000)
+    monkeypatch.setenv("QBNB_JAX_PLAN", "sequential")
+    runner = runner_module.KernelRunner(make_problem(X, y, task="classification"))
+    assert runner.data.binary
+    chunk = {rows: runner._chunk(4, runner.data.length, rows) for rows in range(1, 5000)}
+    base = min(chunk.values())
+    assert set(chunk.values()) <= {base, 2 * base, 4 * base}
+    threads = runner_module.THREADS
+    for rows, size in chunk.items():
+        calls = -(-rows // size)
+        if rows <= 4 * base * threads:  # every thread gets at most one call
+            assert calls <= threads, (rows, size)
+        assert size <= base or -(-rows // (size // 2)) > threads, (rows, size)

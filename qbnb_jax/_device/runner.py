@@ -46,9 +46,10 @@ CHUNK_ELEMENTS = 1 << 18
 # gain nothing from it).
 CHANNEL_CHUNK_ELEMENTS = 1 << 20
 MAX_CHUNK = 64
-# Two-class sweeps keep only K running sums per row, so when a call has rows to spare
-# they go in 4x larger chunks: fewer calls, less dispatch. Few rows keep the small
-# chunks, which spread over the threads; so do many-class sweeps.
+# Two-class sweeps keep only K running sums per row, so their calls take up to 4x
+# larger chunks: as few calls as still give every thread one. A call's walk pays a
+# fixed cost per position that its rows share (at n = 4,608, a call of 8 rows took
+# half the time of one of 64). Many-class sweeps keep their chunks.
 BIG_CHUNK_FACTOR = 4
 # An accelerator wants few large calls: up to this many rows, and intermediates of at
 # most ACCELERATOR_SHARE of its free memory.
@@ -406,10 +407,11 @@ class KernelRunner:
             return max(1, min(ACCELERATOR_MAX_ROWS, _pow2_at_most(fit), want))
         budget = CHUNK_ELEMENTS if self.data.binary else CHANNEL_CHUNK_ELEMENTS
         chunk = max(1, min(MAX_CHUNK, _pow2_at_most(budget // max(per_row, 1))))
-        big = chunk * BIG_CHUNK_FACTOR
-        if self.data.binary and rows >= 2 * THREADS * big:
-            return big
-        return chunk
+        if not self.data.binary:
+            return chunk
+        # as few calls as leave every thread one: each call walks all `length`
+        # positions, at a cost per step that more rows share
+        return min(chunk * BIG_CHUNK_FACTOR, max(chunk, pow2_at_least(-(-rows // THREADS))))
 
     def _run(self, name, fn, length, row_arrays, cuts, extra_statics, cut_block=MAX_CUTS,
              data=None, row_length=None):
