@@ -454,11 +454,24 @@ class DeepSearch(Search):
         cuts = np.concatenate([[lo - 1], cuts, [hi + 1]])
         left = np.concatenate([[ends[0]], left, [ends[2]]])
         right = np.concatenate([[ends[1]], right, [ends[3]]])
-        slack_left = self.problem.slack_left[frontier.root[i]]
-        width = slack_left[cuts[1:]] - slack_left[cuts[:-1]]
-        piece_lb = np.maximum(left[:-1] + right[1:], left[1:] + right[:-1] - width)
+        piece_lb = self.piece_bounds(int(frontier.root[i]), cuts, left, right)
         is_open = cuts[1:] - cuts[:-1] >= 2
         return float(piece_lb[is_open].min(initial=np.inf))
+
+    def piece_bounds(self, f0: int, cuts: np.ndarray, left: np.ndarray, right: np.ndarray
+                     ) -> np.ndarray:
+        """Each piece's bound between consecutive `cuts` of f0 (docs/design.md, "Deep
+        routes"), from the best sides (or their bounds) `left`, `right` at the cuts:
+        `max(P(a) + S(b), P(b) + S(a) - W)`, W the slack of the piece's samples.
+
+        Under leaf limits a side's best limited tree need not grow with the side, so
+        the monotone term relaxes to 0 and only the slack term holds ("Leaf limits")."""
+        slack_left = self.problem.slack_left[f0]
+        width = slack_left[cuts[1:]] - slack_left[cuts[:-1]]
+        slack_term = left[1:] + right[:-1] - width
+        if self.problem.leaf_limits is not None:
+            return np.maximum(0.0, slack_term)
+        return np.maximum(left[:-1] + right[1:], slack_term)
 
     def record_bound(self, tuple_lb: np.ndarray) -> None:
         """Record and report a bound proved inside an iteration from the alive tuples'
@@ -489,16 +502,12 @@ class DeepSearch(Search):
         pa, pb = left[:-1], left[1:]
         sa, sb = right[:-1], right[1:]
         if problem.leaf_limits is not None:
-            # A side's best limited tree need not grow with the side, so the monotone
-            # bounds relax to 0; the slack bounds hold as they are (docs/design.md,
-            # "Leaf limits").
+            # the monotone bounds relax to 0 (`piece_bounds`)
             pa, sb = np.zeros_like(pa), np.zeros_like(sb)
         piece_lo, piece_hi = cuts[:-1], cuts[1:]
-        piece_lb = pa + sb
+        piece_lb = self.piece_bounds(f0, cuts, left, right)
         child_lo, child_hi = piece_lo + 1, piece_hi - 1  # the cuts themselves are done
         slack_left = problem.slack_left[f0]
-        width = slack_left[piece_hi] - slack_left[piece_lo]
-        piece_lb = np.maximum(piece_lb, pb + sa - width)
         alive = (child_lo <= child_hi) & self.can_improve(piece_lb)
         if alive.any():  # one tuple of problem 0: `shrink_pieces` on (1, pieces) arrays
             pieces = Pieces(lo=piece_lo[None], hi=piece_hi[None], child_lo=child_lo[None],
