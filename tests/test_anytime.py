@@ -219,6 +219,7 @@ def test_max_gap(case, depth):
             res = solve(X, y, task=task, depth=depth, sample_weight=w, max_gap=max_gap)
             check_stopped(res, X, y, w, task, depth, want, tol)
             assert res.status in ("optimal", "gap_limit")
+            assert res.status == "optimal" or res.gap > 0  # a gap of 0 is a proof
             assert res.gap <= max_gap * res.objective + tol
             if max_gap == 0.0:
                 assert abs(res.objective - want) <= tol

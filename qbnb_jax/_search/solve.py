@@ -53,7 +53,8 @@ class SolveResult:
     - `gap`: `objective - lower_bound` (0 for an exact classification optimum; at most
       the pruning tolerance for regression and fractional weights).
     - `status`: `"optimal"`, `"time_limit"` (stopped by `time_limit`) or `"gap_limit"`
-      (stopped by `max_gap` with a proved gap within it).
+      (stopped by `max_gap` with a proved gap within it, and above 0: a search that
+      `max_gap` stops at a proved gap of 0 is `"optimal"`).
     - `stats`: iterations, frontier size per iteration, compile and solve seconds, ...
     - `classes`: the original labels (classification), in `tree.value` column order.
     - `penalized_objective`: what was minimised, `objective + ccp_alpha * W * splits`
@@ -373,6 +374,8 @@ def _make_result(search: Search, depth: int, q: int = 0,
     lower = max(0.0, min(problem.true_loss(search.incumbents.lower_bound[q]), penalized))
     if status == "optimal" and search.incumbents.exact[q]:
         lower = objective
+    if status == "gap_limit" and lower >= penalized:  # `max_gap` met at no gap: proved
+        status = "optimal"
     frontier_sizes = list(search.stats.frontier_sizes[q])
     stats = {
         "iterations": int(search.stats.iterations[q]),

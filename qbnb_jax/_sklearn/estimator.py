@@ -522,8 +522,8 @@ class OptimalTreeClassifier(ClassifierMixin, _BaseOptimalTree):
         ValueError).
     max_gap : float or None, default=None
         Stop once the proved relative gap ``(objective - lower bound) / objective``
-        is at most this (0 to 1); `status_` is then ``"gap_limit"``. None solves to
-        optimality.
+        is at most this (0 to 1); `status_` is then ``"gap_limit"`` (``"optimal"``
+        when the gap is 0). None solves to optimality.
 
     Attributes
     ----------
@@ -764,8 +764,8 @@ class OptimalTreeRegressor(RegressorMixin, _BaseOptimalTree):
         ValueError).
     max_gap : float or None, default=None
         Stop once the proved relative gap ``(objective - lower bound) / objective``
-        is at most this (0 to 1); `status_` is then ``"gap_limit"``. None solves to
-        optimality.
+        is at most this (0 to 1); `status_` is then ``"gap_limit"`` (``"optimal"``
+        when the gap is 0). None solves to optimality.
 
     Attributes
     ----------
