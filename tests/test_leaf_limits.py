@@ -86,7 +86,7 @@ def test_optimal_among_limited_trees_many_iterations(task):
 def test_depth3_optimal_among_limited_trees(task):
     """Depth 3 (the recursion over the root split with limited depth-2 sides)."""
     rng = np.random.default_rng(seed_of("leaf limits depth 3", task))
-    for i in range(6):
+    for i in range(12):
         P, m, frac = draw(rng, task, ["ones", "int", "float"][i % 3], n_range=(6, 20))
         check_case(P, m, frac, 3, "w0", s=2 + i % 2)
 
@@ -108,15 +108,6 @@ def test_depth3_tuples_dropped_mid_iteration_use_valid_bounds():
         want = BruteForce(X, y, task="regression", min_samples=2).best(3)
         assert res.status == "optimal"
         assert abs(res.objective - want) <= 1e-9 * want, (limits, res.objective, want)
-
-
-@pytest.mark.parametrize("task", ["classification", "regression"])
-def test_depth3_limited_random_problems(task):
-    """More random depth-3 problems under limits, small enough for the brute force."""
-    rng = np.random.default_rng(seed_of("leaf limits depth 3, more", task))
-    for i in range(12):
-        P, m, frac = draw(rng, task, ["ones", "int", "float"][i % 3], n_range=(8, 15))
-        check_case(P, m, frac, 3, "w0", s=2 + i % 2)
 
 
 @pytest.mark.parametrize("depth", [2, 3])
