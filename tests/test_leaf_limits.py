@@ -9,6 +9,7 @@ against a reference from the definition.
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import jax
 import numpy as np
@@ -108,6 +109,31 @@ def test_depth3_tuples_dropped_mid_iteration_use_valid_bounds():
         want = BruteForce(X, y, task="regression", min_samples=2).best(3)
         assert res.status == "optimal"
         assert abs(res.objective - want) <= 1e-9 * want, (limits, res.objective, want)
+
+
+def test_weight_limit_ties_of_fractional_weights_fit_in_any_row_order():
+    """Class-balanced weights (15 rows, 3 classes: 1.25, 1.0 and 5/6) and
+    `min_weight_fraction_leaf=0.15`: parts of weight 2.25 = 0.15 x 15 in exact
+    arithmetic whose float sums land a last bit below or above the limit depending on
+    the row order. They fit in every order (`leaf_limits`' tie slack), so the optimum
+    does not depend on the order; with the plain comparison it was 3.83 in one order
+    and 4.67 in another."""
+    X = np.array([[-0.2, -0.6], [-0.3, -0.4], [-0.3, -1.1], [-0.5, 0.1], [0.3, -0.1],
+                  [-0.2, 0.5], [0.8, 0.7], [-1.7, -0.5], [0.7, 0.5], [0.7, 0.3], [-0.9, 1.2],
+                  [-1.4, 1.0], [-0.0, -1.5], [-0.4, 1.2], [-0.6, -1.2]])
+    y = np.array([2, 1, 1, 0, 2, 0, 0, 2, 2, 0, 1, 2, 0, 0, 1])
+    w = len(y) / (3 * np.bincount(y)[y])  # class_weight="balanced"
+    rng = np.random.default_rng(0)
+    objectives = set()
+    for order in [np.arange(15), np.arange(15)[::-1]] + [rng.permutation(15) for _ in range(6)]:
+        res = qbnb_jax.solve(X[order], y[order], task="classification", depth=2,
+                             sample_weight=w[order], min_weight_fraction_leaf=0.15)
+        assert res.status == "optimal"
+        objectives.add(round(res.objective, 9))
+        assert leaves_respect(res.tree, SimpleNamespace(X=X[order], w=w[order]), 1,
+                              2.25 - 1e-9)
+    lenient = BruteForce(X, y, w, "classification", min_weight=2.25 - 1e-9).best(2)
+    assert objectives == {round(lenient, 9)}
 
 
 @pytest.mark.parametrize("depth", [2, 3])

@@ -24,13 +24,26 @@ class LeafLimits(NamedTuple):
         return (count >= self.min_samples) & (weight >= self.min_weight)
 
 
+# Fractional weights: how far below `frac x total` a part's weight may fall and still
+# fit, relative to the total: at least TIE_SLACK, or n_rows x TIE_SLACK_PER_ROW.
+TIE_SLACK = 2.0**-40
+TIE_SLACK_PER_ROW = 2.0**-52
+
+
 def leaf_limits(min_samples_leaf, min_weight_fraction_leaf, n_rows: int,
-                total_weight: float) -> LeafLimits | None:
+                total_weight: float, fractional: bool = False) -> LeafLimits | None:
     """Validated limits, or None where neither limits anything (the default).
 
     `min_samples_leaf`: an int >= 1, or a float in (0, 1) meaning `ceil(frac * n_rows)`
     (`n_rows`: the rows passed, as scikit-learn counts them);
     `min_weight_fraction_leaf`: a float in [0, 0.5], times `total_weight`.
+
+    `fractional`: the weights are not all integers. Their sums then round differently
+    in another order (the rows permuted, another backend): a part whose weight equals
+    the limit in exact arithmetic (class-balanced weights meet such ties often) would
+    fit or not by its last bits. The limit is lowered by far more than that rounding
+    (`TIE_SLACK` of the total, or `n_rows x TIE_SLACK_PER_ROW` if larger), so such a
+    part always fits. Integer weights sum exactly and keep scikit-learn's comparison.
     """
     m = min_samples_leaf
     if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, np.integer, float, np.floating)):
@@ -51,6 +64,8 @@ def leaf_limits(min_samples_leaf, min_weight_fraction_leaf, n_rows: int,
             or not 0.0 <= frac <= 0.5):
         raise ValueError(f"min_weight_fraction_leaf must be a float in [0, 0.5]; got {frac!r}.")
     min_weight = float(frac) * float(total_weight)
+    if fractional and min_weight > 0:
+        min_weight -= max(TIE_SLACK, n_rows * TIE_SLACK_PER_ROW) * float(total_weight)
     # One row of positive weight is what every nonempty part holds anyway.
     if min_samples <= 1 and min_weight <= 0.0:
         return None
