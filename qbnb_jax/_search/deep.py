@@ -454,24 +454,29 @@ class DeepSearch(Search):
         cuts = np.concatenate([[lo - 1], cuts, [hi + 1]])
         left = np.concatenate([[ends[0]], left, [ends[2]]])
         right = np.concatenate([[ends[1]], right, [ends[3]]])
-        piece_lb = self.piece_bounds(int(frontier.root[i]), cuts, left, right)
+        piece_lb = self.piece_bounds(int(frontier.root[i]), cuts, self.piece_ends(left, right))
         is_open = cuts[1:] - cuts[:-1] >= 2
         return float(piece_lb[is_open].min(initial=np.inf))
 
-    def piece_bounds(self, f0: int, cuts: np.ndarray, left: np.ndarray, right: np.ndarray
-                     ) -> np.ndarray:
-        """Each piece's bound between consecutive `cuts` of f0 (docs/design.md, "Deep
-        routes"), from the best sides (or their bounds) `left`, `right` at the cuts:
-        `max(P(a) + S(b), P(b) + S(a) - W)`, W the slack of the piece's samples.
+    def piece_ends(self, left: np.ndarray, right: np.ndarray) -> PieceBounds:
+        """`(P(a), P(b), S(a), S(b))` of each piece between consecutive cuts, from the
+        best sides (or their bounds) `left`, `right` at the cuts. Under leaf limits a
+        side's best limited tree need not grow with the side, so the monotone bounds
+        P(a) and S(b) relax to 0; the slack bounds hold as they are (docs/design.md,
+        "Leaf limits")."""
+        pa, sb = left[:-1], right[1:]
+        if self.problem.leaf_limits is not None:
+            pa, sb = np.zeros_like(pa), np.zeros_like(sb)
+        return PieceBounds(pa, left[1:], right[:-1], sb)
 
-        Under leaf limits a side's best limited tree need not grow with the side, so
-        the monotone term relaxes to 0 and only the slack term holds ("Leaf limits")."""
+    def piece_bounds(self, f0: int, cuts: np.ndarray, ends: PieceBounds) -> np.ndarray:
+        """Each piece's bound between consecutive `cuts` of f0 (docs/design.md, "Deep
+        routes"), `max(P(a) + S(b), P(b) + S(a) - W)`, W the slack of the piece's
+        samples, from its `piece_ends`."""
+        pa, pb, sa, sb = ends
         slack_left = self.problem.slack_left[f0]
         width = slack_left[cuts[1:]] - slack_left[cuts[:-1]]
-        slack_term = left[1:] + right[:-1] - width
-        if self.problem.leaf_limits is not None:
-            return np.maximum(0.0, slack_term)
-        return np.maximum(left[:-1] + right[1:], slack_term)
+        return np.maximum(pa + sb, pb + sa - width)
 
     def record_bound(self, tuple_lb: np.ndarray) -> None:
         """Record and report a bound proved inside an iteration from the alive tuples'
@@ -499,13 +504,10 @@ class DeepSearch(Search):
         and `right` are the best sides (or bounds) at each cut.
         """
         problem = self.problem
-        pa, pb = left[:-1], left[1:]
-        sa, sb = right[:-1], right[1:]
-        if problem.leaf_limits is not None:
-            # the monotone bounds relax to 0 (`piece_bounds`)
-            pa, sb = np.zeros_like(pa), np.zeros_like(sb)
+        ends = self.piece_ends(left, right)
+        pa, pb, sa, sb = ends
         piece_lo, piece_hi = cuts[:-1], cuts[1:]
-        piece_lb = self.piece_bounds(f0, cuts, left, right)
+        piece_lb = self.piece_bounds(f0, cuts, ends)
         child_lo, child_hi = piece_lo + 1, piece_hi - 1  # the cuts themselves are done
         slack_left = problem.slack_left[f0]
         alive = (child_lo <= child_hi) & self.can_improve(piece_lb)

@@ -260,8 +260,8 @@ def solve(
     if depth >= 2:  # refused now, not after the host's first trees
         check_tables_fit(1, 1, problem.p, padded_length(problem.n), problem)
     limits = leaf_limits(min_samples_leaf, min_weight_fraction_leaf, len(X),
-                         float(problem.weight.sum()), fractional=sample_weight is not None
-                         and bool(np.any(np.mod(np.asarray(sample_weight, np.float64), 1))))
+                         float(problem.weight.sum()),
+                         fractional=bool(np.any(problem.weight != np.round(problem.weight))))
     if limits is not None:
         if route != "recursion":
             raise ValueError(f"min_samples_leaf and min_weight_fraction_leaf need "
