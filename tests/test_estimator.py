@@ -26,18 +26,9 @@ def test_sklearn_compatible_pruned_estimator(estimator, check):
     check(estimator)
 
 
-def _refused_with_leaf_limits(estimator):
-    # the check sets min_weight_fraction_leaf, which max_leaf_nodes refuses to join
-    if isinstance(estimator, OptimalTreeClassifier):
-        return {"check_class_weight_classifiers":
-                "min_weight_fraction_leaf with max_leaf_nodes is refused (unsupported)"}
-    return {}
-
-
 @parametrize_with_checks(
     [OptimalTreeClassifier(ccp_alpha=0.01, max_leaf_nodes=3),
      OptimalTreeRegressor(ccp_alpha=0.01, max_leaf_nodes=3)],
-    expected_failed_checks=_refused_with_leaf_limits,
 )
 def test_sklearn_compatible_leaf_budget_estimator(estimator, check):
     check(estimator)

@@ -266,9 +266,6 @@ def solve(
         if route != "recursion":
             raise ValueError(f"min_samples_leaf and min_weight_fraction_leaf need "
                              f"route='recursion'; got route={route!r}.")
-        if leaves is not None:
-            raise ValueError("min_samples_leaf or min_weight_fraction_leaf together with "
-                             "max_leaf_nodes is not supported: choose one of them.")
         problem = dataclasses.replace(problem, leaf_limits=limits)
     # Trees that are not perfect or whose leaves are limited: a CART tree or a user's
     # may not be one of them, so the search starts from its own trees.
