@@ -15,6 +15,10 @@ something to prune with and something to fight:
 - `synth-reg3-wide`: regression, 3 targets, n = 10,000, p = 40;
 - `synth-class5-wide`: 5 classes, n = 10,000, p = 100;
 - `synth-class20-wide`: 20 classes, n = 20,000, p = 40;
+- `synth-easy-class4`: 4 classes, n = 8,103, p = 16, and `synth-easy-class5-large`:
+  5 classes, n = 53,940, p = 7: readings of two decimals (many ties), classes set by
+  two thresholds, 3% label noise: easy data, where a peer's bounds end its search
+  early and a solve's fixed costs and full sweeps show;
 - `synth-pixels`: two classes, n = 196,045 rows of p = 3 integer features 0..255
   drawn from 51,000 distinct rows (the shape of the paper's "skin" set: colour
   values that repeat), so most rows repeat another.
@@ -52,6 +56,16 @@ def _classification(n: int, p: int, classes: int, seed: int):
     return X, y.astype(np.int64), "classification"
 
 
+def _easy_classification(n: int, p: int, classes: int, seed: int):
+    rng = np.random.default_rng(seed)
+    X = np.round(rng.normal(size=(n, p)), 2)
+    # two axis-aligned thresholds set the class: a depth-2 tree nearly separates them
+    y = np.minimum(2 * (X[:, 0] > 0.5) + (X[:, 1] > -0.3), classes - 1)
+    flip = rng.random(n) < 0.03  # label noise
+    y[flip] = rng.integers(0, classes, int(flip.sum()))
+    return X, y.astype(np.int64), "classification"
+
+
 def _repeated_pixels(n: int, distinct: int, seed: int):
     rng = np.random.default_rng(seed)
     pool = rng.integers(0, 256, size=(distinct, 3)).astype(np.float64)
@@ -77,6 +91,8 @@ SYNTHETIC = {
     "synth-reg3-wide": lambda: _regression(10_000, 40, 3, seed=41),
     "synth-class5-wide": lambda: _classification(10_000, 100, 5, seed=43),
     "synth-class20-wide": lambda: _classification(20_000, 40, 20, seed=47),
+    "synth-easy-class4": lambda: _easy_classification(8103, 16, 4, seed=59),
+    "synth-easy-class5-large": lambda: _easy_classification(53_940, 7, 5, seed=61),
     "synth-pixels": lambda: _repeated_pixels(196_045, 51_000, seed=53),
 }
 
