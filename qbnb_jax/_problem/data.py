@@ -683,6 +683,14 @@ def encode_labels(y, n: int) -> tuple[np.ndarray, np.ndarray]:
         if found is not None:
             raise ValueError(f"y contains a missing label ({found} at row "
                              f"{markers.index(found)}): NaN, None and pd.NA are not allowed.")
+    lo, hi = (int(arr.min()), int(arr.max())) if arr.dtype.kind in "iu" and arr.size else (0, -1)
+    if 0 <= hi - lo <= 4 * arr.size and hi < 2**63:
+        # integer labels of a bounded range: np.unique's classes and codes by counting,
+        # without its sort
+        shifted = arr.astype(np.int64) - lo
+        present = np.bincount(shifted) > 0
+        classes = (np.flatnonzero(present) + lo).astype(arr.dtype)
+        return classes, (np.cumsum(present) - 1)[shifted]
     try:
         classes, codes = np.unique(arr, return_inverse=True)
     except TypeError as err:
@@ -1146,9 +1154,12 @@ def _presorted_block(perm: np.ndarray, changes: np.ndarray, slack: np.ndarray):
 def _threshold_tables(cut_valid: np.ndarray, perm: np.ndarray, w: np.ndarray):
     """`(cut_pos, n_thresholds, left sums of w)` from the valid cuts `(p, n+1)`."""
     p, n = perm.shape
+    cut_pos = np.empty((p, n + 1), dtype=np.int32)
+    if np.all(w == 1.0):  # unit slack (unweighted classification): the sums are positions
+        n_thresholds = _cut_positions(cut_valid[:, 1:n], cut_pos)
+        return cut_pos, n_thresholds.astype(np.int32), cut_pos.astype(np.float64)
     cum_weight = np.zeros((p, n + 1))  # in each feature's order
     np.cumsum(w[perm], axis=1, out=cum_weight[:, 1:])
-    cut_pos = np.empty((p, n + 1), dtype=np.int32)
     slack_left = np.empty((p, n + 1))
     n_thresholds = _cut_tables(cut_valid[:, 1:n], cum_weight, cut_pos, slack_left)
     return cut_pos, n_thresholds.astype(np.int32), slack_left

@@ -287,6 +287,9 @@ def best_stump(problem: Problem, mask: np.ndarray, features=None) -> tuple[float
 def position_threshold(problem: Problem, f: int, k: int) -> float:
     """Threshold value for a cut before sorted position `k` of feature `f`."""
     order = problem.perm[f]
+    w = problem.weight
+    if 0 < k < len(order) and w[order[k - 1]] > 0 and w[order[k]] > 0:
+        return midpoint(float(problem.X[order[k - 1], f]), float(problem.X[order[k], f]))
     # The neighbours are the nearest samples with positive weight (a reweighted
     # problem keeps zero-weight rows), so thresholds match a solve without those rows.
     before = np.flatnonzero(problem.weight[order[:k]] > 0)
@@ -322,6 +325,19 @@ def build_tree(problem: Problem, splits) -> Tree:
     Splits that send no training weight to one side are collapsed into the other side,
     so every leaf of the result holds training samples (or the tree is a single leaf).
     """
+    return fill_values(_assemble(problem, splits), problem)
+
+
+def built_tree(problem: Problem, splits) -> tuple[Tree, float]:
+    """`build_tree(problem, splits)` and its `tree_objective`, the samples routed once."""
+    tree = _assemble(problem, splits)
+    leaf_of = tree.apply(problem.X)
+    tree = _with_values(tree, *_node_values(tree, problem, leaf_of))
+    return tree, _objective_of_leaves(problem, tree, leaf_of)
+
+
+def _assemble(problem: Problem, splits) -> Tree:
+    """The nodes of `build_tree`, values not yet filled."""
     builder = _Builder()
 
     def emit(spec, rows: np.ndarray) -> int:
@@ -345,7 +361,7 @@ def build_tree(problem: Problem, splits) -> Tree:
 
     emit(splits, np.flatnonzero(problem.weight > 0))
     n_nodes = len(builder.feature)
-    tree = Tree(
+    return Tree(
         children_left=np.asarray(builder.left, dtype=np.int32),
         children_right=np.asarray(builder.right, dtype=np.int32),
         feature=np.asarray(builder.feature, dtype=np.int32),
@@ -354,7 +370,6 @@ def build_tree(problem: Problem, splits) -> Tree:
         weighted_n_node_samples=np.zeros(n_nodes),
         task=problem.task,
     )
-    return fill_values(tree, problem)
 
 
 def fill_values(tree: Tree, problem: Problem) -> Tree:
@@ -363,7 +378,10 @@ def fill_values(tree: Tree, problem: Problem) -> Tree:
     A leaf's sums run over its samples one at a time in sample order (`np.bincount`),
     an internal node's are its children's summed: a problem that keeps zero-weight
     rows (`solve_batch`) gets the numbers of its solve (`_problem/sums.py`)."""
-    value, weights = _node_values(tree, problem, tree.apply(problem.X))
+    return _with_values(tree, *_node_values(tree, problem, tree.apply(problem.X)))
+
+
+def _with_values(tree: Tree, value: np.ndarray, weights: np.ndarray) -> Tree:
     return Tree(
         children_left=tree.children_left,
         children_right=tree.children_right,
@@ -415,7 +433,7 @@ def _objective_of_leaves(problem: Problem, tree: Tree, leaf_of: np.ndarray) -> f
     """`tree_objective(tree, problem)` for the leaf of every sample, `leaf_of`."""
     w = problem.weight
     if problem.task == "classification":
-        predicted = np.argmax(tree.value[leaf_of], axis=1)
+        predicted = np.argmax(tree.value, axis=1)[leaf_of]
         return float(sequential_sum(w * (predicted != problem.y)))
     weights, sums = _leaf_sums(problem, leaf_of, tree.n_nodes)
     mean = sums / np.where(weights > 0, weights, 1.0)[:, None]
@@ -447,7 +465,7 @@ def depth2_trees_reweighted(problems: list[Problem], splits: list
         q = np.arange(c0, min(len(problems), c0 + TREE_CHUNK))
         for i, built in zip(q, _depth2_chunk([problems[i] for i in q],
                                              [splits[i] for i in q])):
-            out[i] = built if built is not None else _built(problems[i], splits[i])
+            out[i] = built if built is not None else built_tree(problems[i], splits[i])
 
     run_all(fill, range(0, len(problems), TREE_CHUNK))
     return out
@@ -509,11 +527,6 @@ def _depth2_chunk(problems: list[Problem], splits: list) -> list:
                     value=value[i], weighted_n_node_samples=weights[i], task=first.task)
         out.append((tree, float(objective[i])))
     return out
-
-
-def _built(problem: Problem, spec) -> tuple[Tree, float]:
-    tree = build_tree(problem, spec)
-    return tree, tree_objective(tree, problem)
 
 
 TREE_CHUNK = 128  # problems per block of the vectorised depth-2 trees and cuts

@@ -125,16 +125,18 @@ class Tree:
         """Index of the leaf each row of `X` (n, p) lands in, shape (n,)."""
         X = np.asarray(X, dtype=np.float64)
         node = np.zeros(X.shape[0], dtype=np.int64)
-        for _ in range(self.n_nodes):
-            feat = self.feature[node]
-            internal = feat != LEAF
-            if not internal.any():
-                break
-            rows = np.nonzero(internal)[0]
-            go_left = self._goes_left(X[rows, feat[rows]], node[rows])
-            node[rows] = np.where(
-                go_left, self.children_left[node[rows]], self.children_right[node[rows]]
-            )
+        # each node's rows split in two (one column read per node, not one gather of
+        # every row's feature per level)
+        stack = [(0, np.arange(X.shape[0]))]
+        while stack:
+            at, rows = stack.pop()
+            f = self.feature[at]
+            if f == LEAF:
+                node[rows] = at
+                continue
+            left = self._goes_left(X[rows, f], at)
+            stack.append((self.children_left[at], rows[left]))
+            stack.append((self.children_right[at], rows[~left]))
         return node
 
     def predict_value(self, X: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from qbnb_jax._device.cache import enable_persistent_cache
 from qbnb_jax._device.kernels import check_tables_fit, padded_length
 from qbnb_jax._device.runner import COUNTER_NAMES, Counters
 from qbnb_jax._problem.data import make_problem
-from qbnb_jax._problem.host import build_tree, tree_objective
+from qbnb_jax._problem.host import built_tree
 from qbnb_jax._problem.leaf_limits import leaf_limits
 from qbnb_jax._problem.missing import original_tree
 from qbnb_jax._problem.tree import Tree
@@ -358,8 +358,7 @@ def _make_result(search: Search, depth: int, q: int = 0,
     if built is None:
         with search.incumbents.lock:  # the incumbent's tree, not the next one's
             splits = search.deferred_splits(q)
-        tree = build_tree(problem, splits() if callable(splits) else splits)
-        objective = tree_objective(tree, problem)
+        tree, objective = built_tree(problem, splits() if callable(splits) else splits)
     else:
         tree, objective = built
     if problem.missing is not None:  # a tree over the virtual features of NaN columns
