@@ -99,6 +99,33 @@ def test_parallel_plan_calls_take_few_shapes(monkeypatch):
     assert deep_batch.length_steps() == deep_batch.LENGTH_STEPS > 1
 
 
+def test_class_lane_calls_narrow_for_few_rows_of_long_orders(monkeypatch):
+    """Class-lane calls: 64 rows, or 32 for a round of at most 32 rows on an order of
+    NARROW_LANES_FROM samples or more; the sweeps agree either way."""
+    import jax
+
+    from qbnb_jax._device import runner as runner_module
+    from qbnb_jax._problem.data import make_problem
+
+    rng = np.random.default_rng(7)
+    monkeypatch.setenv("QBNB_JAX_PLAN", "sequential")
+    lanes = runner_module.CLASS_LANE_ROWS
+    for n in (3000, runner_module.NARROW_LANES_FROM + 100):
+        X, y = np.round(rng.normal(size=(n, 3)), 2), rng.integers(0, 5, n)
+        runner = runner_module.KernelRunner(make_problem(X, y, task="classification"))
+        assert runner_module.sweeps_class_lanes(runner.data)
+        long = runner.data.length >= runner_module.NARROW_LANES_FROM
+        for rows in (1, lanes // 2, lanes // 2 + 1, 3 * lanes):
+            want = lanes // 2 if long and rows <= lanes // 2 else lanes
+            assert runner._chunk(4, runner.data.length, rows) == want, (n, rows)
+    f0, f = rng.integers(0, 3, 40), rng.integers(0, 3, 40)
+    cuts = np.sort(rng.integers(1, n, (40, 4)), axis=1)
+    with jax.enable_x64(True):
+        narrow = runner.full(f0[:20], f[:20], cuts[:20])  # one call of 32 lanes
+        wide = runner.full(f0, f, cuts)  # one of 64
+    assert all(np.array_equal(a, b[:20]) for a, b in zip(narrow, wide))
+
+
 def test_two_class_calls_spread_rows_over_threads(monkeypatch):
     """The sequential plan's two-class calls: few rows go to one call per thread (each
     call walks every position), many to cache-sized chunks; at most three chunk sizes,
