@@ -308,3 +308,57 @@ def test_depth2_cuts_shared_sse_children_equal_stump_losses(targets):
     base = make_problem(X, y, task="regression")
     problems, tables = reweighted_samples(base, W, as_targets(y, n))
     _check_children_cuts(rng, problems, tables, p)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_built_tree_routes_once_to_the_same_tree_and_objective(task):
+    """`built_tree` (the result's tree and objective, the samples routed once) against
+    `build_tree` and `tree_objective` apart, and `Tree.apply` against the tree's
+    node indicator, on random trees of depth 1 to 3 (some splits send everything one
+    way and collapse), routing rows with NaN too."""
+    from qbnb_jax._problem.tree import LEAF
+
+    rng = np.random.default_rng(11)
+    for _ in range(30):
+        n, p = int(rng.integers(5, 60)), int(rng.integers(1, 4))
+        X = np.round(rng.normal(size=(n, p)), 1)
+        y = rng.integers(0, 3, n) if task == "classification" else rng.normal(size=n)
+        problem = make_problem(X, y, task=task, sample_weight=rng.integers(1, 4, n))
+
+        def spec(depth):
+            if depth == 0 or rng.random() < 0.2:
+                return None
+            f = int(rng.integers(0, problem.p))
+            return (f, float(rng.normal()), spec(depth - 1), spec(depth - 1))
+
+        splits = spec(int(rng.integers(1, 4)))
+        tree, objective = host.built_tree(problem, splits)
+        want = host.build_tree(problem, splits)
+        np.testing.assert_array_equal(tree.value, want.value)
+        np.testing.assert_array_equal(tree.feature, want.feature)
+        assert objective == host.tree_objective(want, problem)
+        leaves = np.flatnonzero(tree.feature == LEAF)
+        with_nan = np.where(rng.random((n, p)) < 0.2, np.nan, X)
+        for rows in (problem.X, with_nan):
+            reach = tree.node_indicator(rows)
+            np.testing.assert_array_equal(tree.apply(rows),
+                                          leaves[np.argmax(reach[:, leaves], axis=1)])
+
+
+def test_integer_labels_coded_as_numpy_unique_codes_them():
+    from qbnb_jax._problem.data import encode_labels
+
+    rng = np.random.default_rng(12)
+    for dtype in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint64):
+        info = np.iinfo(dtype)
+        for _ in range(30):
+            n = int(rng.integers(1, 60))
+            lo = int(rng.integers(info.min, min(info.max, 2**62) - 50))
+            labels = (rng.integers(0, int(rng.integers(1, 40)), n) + lo).astype(dtype)
+            classes, codes = encode_labels(labels, n)
+            want_classes, want_codes = np.unique(labels, return_inverse=True)
+            assert classes.dtype == want_classes.dtype
+            np.testing.assert_array_equal(classes, want_classes)
+            np.testing.assert_array_equal(codes, want_codes.reshape(-1))
+    extremes = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, 0])
+    np.testing.assert_array_equal(encode_labels(extremes, 3)[1], [0, 2, 1])
