@@ -99,9 +99,9 @@ def test_parallel_plan_calls_take_few_shapes(monkeypatch):
     assert deep_batch.length_steps() == deep_batch.LENGTH_STEPS > 1
 
 
-def test_class_lane_calls_narrow_for_few_rows_of_long_orders(monkeypatch):
-    """Class-lane calls: 64 rows, or 32 for a round of at most 32 rows on an order of
-    NARROW_LANES_FROM samples or more; the sweeps agree either way."""
+def test_class_lane_calls_narrow_for_few_rows(monkeypatch):
+    """Class-lane calls: 64 rows, or 32 for a round of at most 32 rows; the sweeps
+    agree either way."""
     import jax
 
     from qbnb_jax._device import runner as runner_module
@@ -110,14 +110,13 @@ def test_class_lane_calls_narrow_for_few_rows_of_long_orders(monkeypatch):
     rng = np.random.default_rng(7)
     monkeypatch.setenv("QBNB_JAX_PLAN", "sequential")
     lanes = runner_module.CLASS_LANE_ROWS
-    for n in (3000, runner_module.NARROW_LANES_FROM + 100):
-        X, y = np.round(rng.normal(size=(n, 3)), 2), rng.integers(0, 5, n)
-        runner = runner_module.KernelRunner(make_problem(X, y, task="classification"))
-        assert runner_module.sweeps_class_lanes(runner.data)
-        long = runner.data.length >= runner_module.NARROW_LANES_FROM
-        for rows in (1, lanes // 2, lanes // 2 + 1, 3 * lanes):
-            want = lanes // 2 if long and rows <= lanes // 2 else lanes
-            assert runner._chunk(4, runner.data.length, rows) == want, (n, rows)
+    n = 3000
+    X, y = np.round(rng.normal(size=(n, 3)), 2), rng.integers(0, 5, n)
+    runner = runner_module.KernelRunner(make_problem(X, y, task="classification"))
+    assert runner_module.sweeps_class_lanes(runner.data)
+    for rows in (1, lanes // 2, lanes // 2 + 1, 3 * lanes):
+        want = lanes // 2 if rows <= lanes // 2 else lanes
+        assert runner._chunk(4, runner.data.length, rows) == want, rows
     f0, f = rng.integers(0, 3, 40), rng.integers(0, 3, 40)
     cuts = np.sort(rng.integers(1, n, (40, 4)), axis=1)
     with jax.enable_x64(True):

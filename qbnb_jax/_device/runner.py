@@ -46,12 +46,6 @@ CHUNK_ELEMENTS = 1 << 18
 # gain nothing from it).
 CHANNEL_CHUNK_ELEMENTS = 1 << 20
 MAX_CHUNK = 64
-# Orders from which a class-lane call of at most half its rows takes half the lanes:
-# there a call's walk costs about the same per position whatever its lanes (at
-# 53,940 samples and 5 classes, 28 ms a call of 32 lanes against 43 of 64, for 8
-# rows), so the late rounds of few rows cost less; on shorter orders the fixed cost
-# per position is smaller and the narrower call pays more per row.
-NARROW_LANES_FROM = 1 << 14
 # Two-class sweeps keep only K running sums per row, so their calls take up to 4x
 # larger chunks: as few calls as still give every thread one. A call's walk pays a
 # fixed cost per position that its rows share (at n = 4,608, a call of 8 rows took
@@ -399,9 +393,11 @@ class KernelRunner:
 
     def _chunk(self, cuts: int, length: int, rows: int, name: str = "full") -> int:
         if name == "full" and sweeps_class_lanes(self.data):
-            # the rows are its vector lanes; on long orders a few rows take half the
-            # lanes (see NARROW_LANES_FROM)
-            if rows <= CLASS_LANE_ROWS // 2 and length >= NARROW_LANES_FROM:
+            # the rows are its vector lanes; a round of at most half of them takes half
+            # the lanes: a call's walk costs much the same per position whatever its
+            # lanes (at 53,940 samples and 5 classes, 28 ms a call of 32 lanes against
+            # 43 of 64 for 8 rows; on page 2.1 against 3.7 ms)
+            if rows <= CLASS_LANE_ROWS // 2:
                 return CLASS_LANE_ROWS // 2
             return CLASS_LANE_ROWS
         # class-ordered sweeps carry one count per (row, cut), whatever the classes
