@@ -34,8 +34,8 @@ def test_side_batches_on_two_threads_equal_one_thread(monkeypatch, task, lockste
     """Both ways a depth-3 search solves its sides: as a lockstep batch of one
     (`deep_batch`, the default) and in batches of its own (`DeepSearch.solve_sides`)."""
     rng = np.random.default_rng(5)
-    X = np.round(rng.normal(size=(160, 3)), 2)
-    y = X[:, 0] - X[:, 1] ** 2 + rng.normal(size=160)
+    X = np.round(rng.normal(size=(100, 3)), 2)
+    y = X[:, 0] - X[:, 1] ** 2 + rng.normal(size=100)
     if task == "classification":
         y = (y > 0).astype(int) + (y > 1)
     # sides of different sizes: many batches
