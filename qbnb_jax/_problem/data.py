@@ -683,14 +683,15 @@ def encode_labels(y, n: int) -> tuple[np.ndarray, np.ndarray]:
         if found is not None:
             raise ValueError(f"y contains a missing label ({found} at row "
                              f"{markers.index(found)}): NaN, None and pd.NA are not allowed.")
-    lo, hi = (int(arr.min()), int(arr.max())) if arr.dtype.kind in "iu" and arr.size else (0, -1)
-    if 0 <= hi - lo <= 4 * arr.size and hi < 2**63:
-        # integer labels of a bounded range: np.unique's classes and codes by counting,
-        # without its sort
-        shifted = arr.astype(np.int64) - lo
-        present = np.bincount(shifted) > 0
-        classes = (np.flatnonzero(present) + lo).astype(arr.dtype)
-        return classes, (np.cumsum(present) - 1)[shifted]
+    if arr.dtype.kind in "iu" and arr.size:
+        lo, hi = int(arr.min()), int(arr.max())
+        if hi - lo <= 4 * arr.size and hi < 2**63:
+            # integer labels of a bounded range: np.unique's classes and codes by
+            # counting, without its sort
+            shifted = arr.astype(np.int64) - lo
+            present = np.bincount(shifted) > 0
+            classes = (np.flatnonzero(present) + lo).astype(arr.dtype)
+            return classes, (np.cumsum(present) - 1)[shifted]
     try:
         classes, codes = np.unique(arr, return_inverse=True)
     except TypeError as err:

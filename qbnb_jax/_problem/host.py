@@ -144,9 +144,13 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
 
     As `[stump_losses(pr, everyone) for pr in problems]` stacked into `(n_problems, p)` losses
     and positions, with the same arithmetic and tie-breaks, computed for blocks of
-    problems at a time (a bootstrap batch has thousands of them).
+    problems at a time (a bootstrap batch has thousands of them). Under leaf limits
+    (`solve`'s alternatives of one problem) each problem's own limited stumps.
     """
     first = problems[0]
+    if first.leaf_limits is not None:
+        stumps = [stump_losses(pr, np.ones(pr.n, dtype=bool)) for pr in problems]
+        return np.stack([one for one, _ in stumps]), np.stack([at for _, at in stumps])
     if first.loss_kind == "sse":
         return _sse_stumps_shared(problems)
     losses = np.empty((len(problems), first.p))
@@ -286,14 +290,13 @@ def best_stump(problem: Problem, mask: np.ndarray, features=None) -> tuple[float
 
 def position_threshold(problem: Problem, f: int, k: int) -> float:
     """Threshold value for a cut before sorted position `k` of feature `f`."""
-    order = problem.perm[f]
-    w = problem.weight
+    order, w = problem.perm[f], problem.weight
     if 0 < k < len(order) and w[order[k - 1]] > 0 and w[order[k]] > 0:
         return midpoint(float(problem.X[order[k - 1], f]), float(problem.X[order[k], f]))
     # The neighbours are the nearest samples with positive weight (a reweighted
     # problem keeps zero-weight rows), so thresholds match a solve without those rows.
-    before = np.flatnonzero(problem.weight[order[:k]] > 0)
-    after = np.flatnonzero(problem.weight[order[k:]] > 0)
+    before = np.flatnonzero(w[order[:k]] > 0)
+    after = np.flatnonzero(w[order[k:]] > 0)
     if len(before) == 0:
         return -np.inf
     if len(after) == 0:
@@ -332,7 +335,7 @@ def built_tree(problem: Problem, splits) -> tuple[Tree, float]:
     """`build_tree(problem, splits)` and its `tree_objective`, the samples routed once."""
     tree = _assemble(problem, splits)
     leaf_of = tree.apply(problem.X)
-    tree = _with_values(tree, *_node_values(tree, problem, leaf_of))
+    tree = fill_values(tree, problem, leaf_of)
     return tree, _objective_of_leaves(problem, tree, leaf_of)
 
 
@@ -372,16 +375,16 @@ def _assemble(problem: Problem, splits) -> Tree:
     )
 
 
-def fill_values(tree: Tree, problem: Problem) -> Tree:
-    """Recompute every node's value and weight from the training data (float64).
+def fill_values(tree: Tree, problem: Problem, leaf_of: np.ndarray | None = None) -> Tree:
+    """Recompute every node's value and weight from the training data (float64);
+    `leaf_of`: each sample's leaf, if known (`tree.apply(problem.X)`).
 
     A leaf's sums run over its samples one at a time in sample order (`np.bincount`),
     an internal node's are its children's summed: a problem that keeps zero-weight
     rows (`solve_batch`) gets the numbers of its solve (`_problem/sums.py`)."""
-    return _with_values(tree, *_node_values(tree, problem, tree.apply(problem.X)))
-
-
-def _with_values(tree: Tree, value: np.ndarray, weights: np.ndarray) -> Tree:
+    if leaf_of is None:
+        leaf_of = tree.apply(problem.X)
+    value, weights = _node_values(tree, problem, leaf_of)
     return Tree(
         children_left=tree.children_left,
         children_right=tree.children_right,

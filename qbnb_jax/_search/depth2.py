@@ -326,8 +326,7 @@ class Depth2Search:
                 self.incumbents.offer(q, all_leaf_loss(pr), LEAF_SPEC)
         if self.stumps is not None:  # computed by the reweighting pass
             losses, positions = self.stumps
-        elif (n_problems > 1 and self.limits is None
-              and all(pr.perm is problems[0].perm for pr in problems)):
+        elif n_problems > 1 and all(pr.perm is problems[0].perm for pr in problems):
             losses, positions = stumps_of_all_shared(problems)  # a batch of weightings
         else:
             stumps = [stump_losses(pr, np.ones(pr.n, dtype=bool)) for pr in problems]
