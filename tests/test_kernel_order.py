@@ -34,6 +34,7 @@ from qbnb_jax._device.kernels import (
     sweep_windowed,
 )
 from qbnb_jax._device.limits import limit_data, sweep_limited
+from qbnb_jax._device.runner import SSE_GRID_COMPILER_OPTIONS
 from qbnb_jax._problem.data import as_targets, make_problem, reweighted_samples
 from qbnb_jax._problem.leaf_limits import LeafLimits
 
@@ -411,9 +412,12 @@ def test_sweep_grid_equals_reference(n, scale):
     # one feature: steps of several samples (`_sse_chunked`); distinct values, runs
     # of ties longer than a step, and fewer samples than a step
     (1, 70, (0,)), (2, 41, (2,)), (1, 3, (1,))])
-def test_sse_grid_equals_sweep_full_bitwise(targets, n, feature):
+@pytest.mark.parametrize("grid_options", [None, SSE_GRID_COMPILER_OPTIONS],
+                         ids=["default", "runner"])
+def test_sse_grid_equals_sweep_full_bitwise(targets, n, feature, grid_options):
     """Regression lanes: the same floats `sweep_full` forms for each lane's rows (zero
-    weights, tied values, so invalid positions; sums that depend on their order)."""
+    weights, tied values, so invalid positions; sums that depend on their order),
+    compiled as XLA does by default and as the runner compiles the lanes on a CPU."""
     rng = np.random.default_rng(10 * n + targets)
     X = np.round(rng.normal(size=(n, 3)), 1)
     X[:, 0] = np.arange(n)
@@ -433,8 +437,9 @@ def test_sse_grid_equals_sweep_full_bitwise(targets, n, feature):
     with jax.enable_x64(True):
         data = SweepData.from_problems([base], problems, [0] * P)
         assert data.grid_scan.ndim == 4 and _kernels.sweeps_channels_major(data)
-        pre, suf = (np.asarray(a) for a in sweep_grid(data, np.int32(0), slot_f0, feature,
-                                                      cuts))
+        grid_args = (data, np.int32(0), slot_f0, feature, cuts)
+        lanes = sweep_grid.lower(*grid_args).compile(compiler_options=grid_options)
+        pre, suf = (np.asarray(a) for a in lanes(*grid_args))
         for q in range(P):
             for s in range(S):
                 rows = len(feature)
