@@ -100,8 +100,8 @@ def test_parallel_plan_calls_take_few_shapes(monkeypatch):
 
 
 def test_class_lane_calls_narrow_for_few_rows(monkeypatch):
-    """Class-lane calls: 64 rows, or 32 for a round of at most 32 rows; the sweeps
-    agree either way."""
+    """Class-lane calls: 64 rows, or 32 for a round of at most 32 rows past
+    NARROW_LANES_FROM samples; the sweeps agree either way."""
     import jax
 
     from qbnb_jax._device import runner as runner_module
@@ -114,9 +114,12 @@ def test_class_lane_calls_narrow_for_few_rows(monkeypatch):
     X, y = np.round(rng.normal(size=(n, 3)), 2), rng.integers(0, 5, n)
     runner = runner_module.KernelRunner(make_problem(X, y, task="classification"))
     assert runner_module.sweeps_class_lanes(runner.data)
+    assert runner.data.length >= runner_module.NARROW_LANES_FROM
     for rows in (1, lanes // 2, lanes // 2 + 1, 3 * lanes):
         want = lanes // 2 if rows <= lanes // 2 else lanes
         assert runner._chunk(4, runner.data.length, rows) == want, rows
+        # shorter orders: one executable, 64 lanes
+        assert runner._chunk(4, runner_module.NARROW_LANES_FROM - 64, rows) == lanes
     f0, f = rng.integers(0, 3, 40), rng.integers(0, 3, 40)
     cuts = np.sort(rng.integers(1, n, (40, 4)), axis=1)
     with jax.enable_x64(True):

@@ -85,6 +85,13 @@ GRID_CARRY_BYTES = 1 << 17
 # The same for regression lanes, which chunk their root-feature slots too (measured
 # with `python -m qbnb_jax.bench_batch --source concrete`).
 SSE_GRID_CARRY_BYTES = 1 << 19
+# A class-lane call of 32 lanes costs 20 to 30% less than one of 64 (segment, fault,
+# page, bean and 8,103 and 53,940 generated rows of 4 and 5 classes), so rounds of at
+# most 32 rows take 32, from this padded length on: a second executable per shape is a
+# compile (about half a second on a CPU), which the calls of shorter orders (well under
+# a millisecond) would take many solves to pay back; test suites and one-off fits of
+# small data compile only the 64-lane one.
+NARROW_LANES_FROM = 2048
 # XLA's CPU backend vectorises for 256-bit registers unless told otherwise: regression
 # lanes compiled for 512 (where the CPU has them; elsewhere LLVM splits them) cost
 # about a third less per lane-sample (measured with `python -m qbnb_jax.bench_batch
@@ -394,10 +401,9 @@ class KernelRunner:
     def _chunk(self, cuts: int, length: int, rows: int, name: str = "full") -> int:
         if name == "full" and sweeps_class_lanes(self.data):
             # the rows are its vector lanes; a round of at most half of them takes half
-            # the lanes: a call's walk costs much the same per position whatever its
-            # lanes (at 53,940 samples and 5 classes, 28 ms a call of 32 lanes against
-            # 43 of 64 for 8 rows; on page 2.1 against 3.7 ms)
-            if rows <= CLASS_LANE_ROWS // 2:
+            # the lanes, where a call costs enough to pay for compiling a second
+            # executable (NARROW_LANES_FROM)
+            if rows <= CLASS_LANE_ROWS // 2 and length >= NARROW_LANES_FROM:
                 return CLASS_LANE_ROWS // 2
             return CLASS_LANE_ROWS
         # class-ordered sweeps carry one count per (row, cut), whatever the classes
