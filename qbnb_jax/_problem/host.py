@@ -139,6 +139,13 @@ def limited_positions(problem: Problem, mask: np.ndarray, f: int) -> np.ndarray:
     return ok
 
 
+def stumps_of_each(problems: list[Problem]) -> tuple[np.ndarray, np.ndarray]:
+    """`(losses, positions)` `(n_problems, p)`: every problem's best stump of all its
+    samples on each feature (`stump_losses`), one problem at a time."""
+    stumps = [stump_losses(pr, np.ones(pr.n, dtype=bool)) for pr in problems]
+    return np.stack([one for one, _ in stumps]), np.stack([at for _, at in stumps])
+
+
 def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarray]:
     """`stump_losses(pr, all samples)` of problems sharing one layout (one `perm`).
 
@@ -149,8 +156,7 @@ def stumps_of_all_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarra
     """
     first = problems[0]
     if first.leaf_limits is not None:
-        stumps = [stump_losses(pr, np.ones(pr.n, dtype=bool)) for pr in problems]
-        return np.stack([one for one, _ in stumps]), np.stack([at for _, at in stumps])
+        return stumps_of_each(problems)
     if first.loss_kind == "sse":
         return _sse_stumps_shared(problems)
     losses = np.empty((len(problems), first.p))

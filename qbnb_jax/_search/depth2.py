@@ -31,7 +31,7 @@ import numpy as np
 
 from qbnb_jax._device.runner import KernelRunner, pow2_at_least
 from qbnb_jax._problem.data import ThresholdTables
-from qbnb_jax._problem.host import stump_losses, stumps_of_all_shared
+from qbnb_jax._problem.host import stumps_of_all_shared, stumps_of_each
 from qbnb_jax._problem.leaf_limits import root_cut_range
 from qbnb_jax._search.frontier import CutLosses, Frontier, PieceBounds, PieceFeatures, Pieces
 from qbnb_jax._search.pair_bounds import PairInputs, pair_bounds
@@ -329,9 +329,7 @@ class Depth2Search:
         elif n_problems > 1 and all(pr.perm is problems[0].perm for pr in problems):
             losses, positions = stumps_of_all_shared(problems)  # a batch of weightings
         else:
-            stumps = [stump_losses(pr, np.ones(pr.n, dtype=bool)) for pr in problems]
-            losses = np.stack([one for one, _ in stumps])
-            positions = np.stack([at for _, at in stumps])
+            losses, positions = stumps_of_each(problems)
         self.stump_all = losses  # (n_problems, p)
         every = np.arange(n_problems)
         root = losses.argmin(axis=1)
