@@ -271,6 +271,50 @@ def test_bench_class_balanced_weights(tmp_path, capsys):
                        "contree"]) == 2
 
 
+def test_bench_random_fractional_weights(tmp_path, capsys):
+    """`--weights random` solves both tasks with seeded fractional weights, and its loss
+    check recomputes each objective from the tree's predictions."""
+    import qbnb_jax
+
+    root = tmp_path / "data"
+    _write_fake_root(root)
+    rc = bench.main(["--data-dir", str(root), "--depth", "2", "--no-cold", "--repeat", "1",
+                     "--weights", "random", "--datasets", "toyc,toyr"])
+    assert rc == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {r["dataset"]: r for r in
+            (dict(zip(header, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[1:])}
+    assert set(rows) == {"toyc", "toyr"}
+    for name, row in rows.items():
+        X, y, task = load_dataset(root, name)
+        weight = bench.sample_weights(y, "random")
+        assert weight.min() >= 0.5 and weight.max() < 1.5 and len(np.unique(weight)) == len(y)
+        assert np.array_equal(weight, bench.sample_weights(y, "random"))  # seeded
+        res = qbnb_jax.solve(X, y, task=task, depth=2, sample_weight=weight)
+        assert row["objective"] == bench._fmt_obj(res.objective, task)
+        assert row["loss check"] == "ok"
+
+
+def test_bench_weighted_loss_from_predictions():
+    """The loss check's own arithmetic, on a stump whose losses are known by hand."""
+    import qbnb_jax
+
+    X = np.array([[0.0], [1.0], [2.0], [3.0]])
+    w = np.array([0.5, 1.0, 1.5, 2.0])
+    y = np.array([0, 1, 1, 1])
+    res = qbnb_jax.solve(X, y, task="classification", depth=1, sample_weight=w)
+    assert bench.weighted_loss(res, X, y, "classification", w) == 0.0
+    flipped = np.array([1, 1, 1, 1])  # the same tree scored on other labels
+    assert bench.weighted_loss(res, X, flipped, "classification", w) == 0.5
+    yr = np.array([0.0, 0.0, 1.0, 3.0])
+    reg = qbnb_jax.solve(X, yr, task="regression", depth=1, sample_weight=w)
+    # best split: {0, 1, 2} | {3}; the left mean (0 + 0 + 1.5) / 3 = 0.5
+    want = 0.5 * 0.5**2 + 1.0 * 0.5**2 + 1.5 * 0.5**2
+    assert np.isclose(bench.weighted_loss(reg, X, yr, "regression", w), want, rtol=1e-12)
+    assert np.isclose(reg.objective, want, rtol=1e-9)
+
+
 def test_bench_generated_problems_need_no_folder(tmp_path, capsys):
     from qbnb_jax.bench.synthetic import SYNTHETIC, load_synthetic
 

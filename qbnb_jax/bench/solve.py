@@ -62,6 +62,12 @@ _COLD_MARK = "QBNB_BENCH_COLD_RESULT "
 SUBSAMPLE_D3 = 40  # rows of the depth-3 regression cross-check (brute force is O(n^5))
 
 
+WEIGHTS = ("none", "balanced", "random")
+# `--weights random`: fractional weights of every path (float sums, the tolerance rule)
+RANDOM_WEIGHTS = (0.5, 1.5)
+RANDOM_WEIGHT_SEED = 2022
+
+
 # The depth-2 brute force sweeps a (root value, child value) grid per feature pair, at
 # most this many cells in all; beyond it, a fixed random subsample is checked instead.
 BRUTE_FORCE_D2_CELLS = 4e9
@@ -104,10 +110,14 @@ def _parser() -> argparse.ArgumentParser:
                          "force and print the relative difference (depth 3, and depth 2 "
                          "on many distinct values: both on a fixed random subsample, "
                          f"at depth 3 of {SUBSAMPLE_D3} rows)")
-    ap.add_argument("--weights", default="none", choices=("none", "balanced"),
-                    help="sample weights of classification sets: none, or class-balanced "
-                         "(scikit-learn's class_weight='balanced', n / (classes x class "
-                         "count): fractional); regression sets are skipped with 'balanced'")
+    ap.add_argument("--weights", default="none", choices=WEIGHTS,
+                    help="sample weights: none; class-balanced (scikit-learn's "
+                         "class_weight='balanced', n / (classes x class count): fractional; "
+                         "regression sets are skipped); or random (fractional, each drawn "
+                         f"uniformly from [{RANDOM_WEIGHTS[0]}, {RANDOM_WEIGHTS[1]}) with a "
+                         "fixed seed, both tasks). Weighted runs add a 'loss check' column: "
+                         "the reported objective against the tree's weighted loss recomputed "
+                         "from its predictions")
     ap.add_argument("--no-cold", action="store_true",
                     help="skip the fresh-process cold runs (cold s and compile s then come "
                          "from the first solve in this process, marked with *)")
@@ -178,11 +188,29 @@ class _CacheCounter:
 def _solve(X, y, task: str, args) -> tuple[float, Any]:
     from qbnb_jax import solve
 
-    weight = balanced_weights(y) if args.weights == "balanced" else None
+    weight = sample_weights(y, args.weights)
     t0 = time.perf_counter()
     res = solve(X, y, task=task, depth=args.depth, bound=args.bound,
                 time_limit=args.time_limit, route=args.route, sample_weight=weight)
     return time.perf_counter() - t0, res
+
+
+def sample_weights(y: np.ndarray, kind: str) -> np.ndarray | None:
+    """The sample weights of `--weights kind` for targets or labels `y`."""
+    if kind == "balanced":
+        return balanced_weights(y)
+    if kind == "random":
+        return np.random.default_rng(RANDOM_WEIGHT_SEED).uniform(*RANDOM_WEIGHTS, len(y))
+    return None
+
+
+def weighted_loss(res: Any, X, y, task: str, weight: np.ndarray) -> float:
+    """The weighted training loss of `res`'s tree, from its predictions alone."""
+    pred = np.asarray(res.predict(X))
+    if task == "classification":
+        return float(np.sum(weight[pred != np.asarray(y)]))
+    residual = np.asarray(y, dtype=np.float64).reshape(len(y), -1) - pred.reshape(len(y), -1)
+    return float(np.sum(weight[:, None] * residual**2))
 
 
 def balanced_weights(y: np.ndarray) -> np.ndarray:
@@ -419,8 +447,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                   or args.bound != "w0"):
         return _fail("the appendix route solves --depth 3 with --bound w0 only")
     if args.weights != "none" and (args.vs is not None or args.check_regression):
-        return _fail("--weights balanced takes no --vs or --check-regression (ConTree takes "
-                     "no fractional weights; optima.json and the brute force are unweighted)")
+        return _fail(f"--weights {args.weights} takes no --vs or --check-regression "
+                     "(ConTree takes no fractional weights; optima.json and the brute force "
+                     "are unweighted)")
 
     root = find_datasets_dir(args.data_dir)
     asked = [s.strip() for s in (args.datasets or "").split(",") if s.strip()]
@@ -459,6 +488,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "ours/appendix (warm)", "match"]
     if args.check_regression:
         headers += ["brute-force SSE", "rel. diff"]
+    if args.weights != "none":
+        headers += ["loss check"]
     rows: list[list[str]] = []
     notes: list[str] = []
 
@@ -468,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         k = len(np.unique(y)) if task == "classification" else (1 if y.ndim == 1 else y.shape[1])
         row = {"dataset": name, "n": str(n), "p": str(p), "classes/targets": str(k)}
         _log(f"{name}: n={n} p={p} {task}")
-        if args.weights != "none" and task != "classification":
+        if args.weights == "balanced" and task != "classification":
             notes.append(f"{name}: regression, skipped (--weights {args.weights})")
             continue
 
@@ -498,6 +529,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     times.append(t)
                 summary = _summary(res)
                 warm_best = min(times) if times else None
+                if args.weights != "none":
+                    loss = weighted_loss(res, X, y, task, sample_weights(y, args.weights))
+                    row["loss check"] = ("ok" if np.isclose(loss, res.objective, rtol=1e-9,
+                                                             atol=0) else
+                                         f"MISMATCH ({loss!r})")
+                    if row["loss check"] != "ok":
+                        mismatches.append(f"{name}: objective {res.objective!r}, tree's "
+                                          f"weighted loss {loss!r}")
             except Exception as exc:
                 msg = f"{type(exc).__name__}: {exc}"
                 _log(f"{name}: solve failed: {msg}")
