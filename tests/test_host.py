@@ -5,6 +5,7 @@ import pytest
 
 from qbnb_jax._problem import host
 from qbnb_jax._problem.data import (
+    RUN_SORT_DESCENTS,
     _cut_tables,
     as_targets,
     make_problem,
@@ -53,6 +54,29 @@ def test_stable_order_equals_numpy_stable_argsort(levels):
         np.testing.assert_array_equal(perm, expected)
         assert perm.dtype == np.int32
         ordered = np.take_along_axis(cols, expected, axis=1)
+        np.testing.assert_array_equal(changes, ordered[:, 1:] > ordered[:, :-1])
+
+
+def test_stable_order_of_runs_ties_and_random_rows_together():
+    """Short rows of few descents (sorted runs, few values) take the stable argsort,
+    the others the keys: in one block, every row as numpy's stable argsort orders it."""
+    rng = np.random.default_rng(5)
+    n = 2_000
+    cols = np.stack([
+        np.sort(rng.normal(size=n)),                      # sorted: no descent
+        np.repeat(rng.normal(size=n // 100), 100),        # runs of equal values
+        rng.integers(0, 3, n).astype(np.float64),         # three values, random order
+        np.round(rng.normal(size=n), 1),                  # many ties, random order
+        rng.normal(size=n),                               # random, all distinct
+        np.concatenate([np.arange(n // 2), np.arange(n // 2)]).astype(np.float64) * -1.0,
+    ])
+    descents = np.count_nonzero(cols[:, 1:] < cols[:, :-1], axis=1) / n
+    assert (descents < RUN_SORT_DESCENTS).any() and (descents >= RUN_SORT_DESCENTS).any()
+    for block in (cols, cols[descents < RUN_SORT_DESCENTS], cols[descents >= RUN_SORT_DESCENTS]):
+        perm, changes = stable_order(block)
+        expected = np.argsort(block, axis=1, kind="stable")
+        np.testing.assert_array_equal(perm, expected)
+        ordered = np.take_along_axis(block, expected, axis=1)
         np.testing.assert_array_equal(changes, ordered[:, 1:] > ordered[:, :-1])
 
 
