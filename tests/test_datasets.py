@@ -210,6 +210,24 @@ def test_bench_unknown_dataset_is_an_error(tmp_path, capsys):
     assert "unknown dataset" in capsys.readouterr().err
 
 
+def _table_rows(out: str) -> dict[str, dict[str, str]]:
+    """The printed benchmark table's rows, by dataset, each as {column: cell}."""
+    lines = [ln for ln in out.splitlines() if ln.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(header, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[1:]]
+    return {row["dataset"]: row for row in rows}
+
+
+def _bench_table(tmp_path, capsys, *args: str):
+    """`bench.main` on the fake datasets (`--no-cold --repeat 1`, then `args`), which
+    must succeed: `(datasets root, printed output, _table_rows of it)`."""
+    root = tmp_path / "data"
+    _write_fake_root(root)
+    assert bench.main(["--data-dir", str(root), "--no-cold", "--repeat", "1", *args]) == 0
+    out = capsys.readouterr().out
+    return root, out, _table_rows(out)
+
+
 def test_bench_end_to_end_on_synthetic_files(tmp_path, capsys):
     root = tmp_path / "data"
     _write_fake_root(root)
@@ -217,12 +235,8 @@ def test_bench_end_to_end_on_synthetic_files(tmp_path, capsys):
     rc = bench.main(["--data-dir", str(root), "--depth", "1", "--no-cold", "--repeat", "1",
                      "--vs", "contree", "--check-regression", "--output", str(out_md)])
     assert rc == 0
-    out = capsys.readouterr().out
-    lines = [ln for ln in out.splitlines() if ln.startswith("| ")]
-    assert len(lines) == 1 + 4  # header + one row per dataset
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    rows = {c[0]: dict(zip(header, c)) for c in
-            ([x.strip() for x in ln.strip("|").split("|")] for ln in lines[1:])}
+    rows = _table_rows(capsys.readouterr().out)
+    assert len(rows) == 4  # one row per dataset
     assert rows["toyc"]["status"] == "optimal"
     if rows["toyc"]["ConTree s"] != "error":  # pycontree is optional
         assert rows["toyc"]["match"] == "yes"
@@ -233,15 +247,9 @@ def test_bench_end_to_end_on_synthetic_files(tmp_path, capsys):
 
 
 def test_bench_vs_appendix_route(tmp_path, capsys):
-    root = tmp_path / "data"
-    _write_fake_root(root)
-    rc = bench.main(["--data-dir", str(root), "--depth", "3", "--no-cold", "--repeat", "1",
-                     "--vs", "appendix", "--datasets", "toyc,toyr"])
-    assert rc == 0
-    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ")]
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    rows = [dict(zip(header, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[1:]]
-    assert [row["match"] for row in rows] == ["yes", "yes"]
+    root, _, rows = _bench_table(tmp_path, capsys, "--depth", "3", "--vs", "appendix",
+                                 "--datasets", "toyc,toyr")
+    assert [row["match"] for row in rows.values()] == ["yes", "yes"]
     assert bench.main(["--data-dir", str(root), "--depth", "2", "--vs", "appendix"]) == 2
     assert "appendix route" in capsys.readouterr().err
 
@@ -251,16 +259,10 @@ def test_bench_class_balanced_weights(tmp_path, capsys):
     (their objective is the weighted loss the library reports) and skips regression."""
     import qbnb_jax
 
-    root = tmp_path / "data"
-    _write_fake_root(root)
-    rc = bench.main(["--data-dir", str(root), "--depth", "2", "--no-cold", "--repeat", "1",
-                     "--weights", "balanced", "--datasets", "toyc,toyr"])
-    assert rc == 0
-    out = capsys.readouterr().out
-    lines = [ln for ln in out.splitlines() if ln.startswith("| ")]
-    assert len(lines) == 1 + 1 and "toyr: regression, skipped" in out
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    row = dict(zip(header, (c.strip() for c in lines[1].strip("|").split("|"))))
+    root, out, rows = _bench_table(tmp_path, capsys, "--depth", "2", "--weights", "balanced",
+                                   "--datasets", "toyc,toyr")
+    assert list(rows) == ["toyc"] and "toyr: regression, skipped" in out
+    row = rows["toyc"]
     X, y, task = load_dataset(root, "toyc")
     weighted = qbnb_jax.solve(X, y, task=task, depth=2, sample_weight=bench.balanced_weights(y))
     assert row["objective"] == bench._fmt_obj(weighted.objective, task)
@@ -276,15 +278,8 @@ def test_bench_random_fractional_weights(tmp_path, capsys):
     check recomputes each objective from the tree's predictions."""
     import qbnb_jax
 
-    root = tmp_path / "data"
-    _write_fake_root(root)
-    rc = bench.main(["--data-dir", str(root), "--depth", "2", "--no-cold", "--repeat", "1",
-                     "--weights", "random", "--datasets", "toyc,toyr"])
-    assert rc == 0
-    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ")]
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    rows = {r["dataset"]: r for r in
-            (dict(zip(header, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[1:])}
+    root, _, rows = _bench_table(tmp_path, capsys, "--depth", "2", "--weights", "random",
+                                 "--datasets", "toyc,toyr")
     assert set(rows) == {"toyc", "toyr"}
     for name, row in rows.items():
         X, y, task = load_dataset(root, name)
