@@ -181,6 +181,40 @@ def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, request, kind, b
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.parametrize("block", [None, 64])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_two_class_walk_equals_the_row_sweep(monkeypatch, request, seed, block):
+    """The two-class walk of compacted subsets (`_two_class_walked_rows`) gives the
+    integers of the vmapped `_binary_full_row` it replaces there, walking every padded
+    position or stopping after the samples (a traced count), its inputs gathered in
+    blocks (`block`: here three, the last cut short by the walk's end) or at once. The
+    signed counts alternate or run along the swept orders (`ordered_problem`), and
+    ties leave most positions of the other features invalid. Early stops at subsets'
+    own lengths: `test_subsets_rows_walk_their_own_length`."""
+    if block is not None:
+        monkeypatch.setattr(_kernels, "WALK_BLOCK", block)
+        jax.clear_caches()  # no walk traced with the other block size is reused
+        request.addfinalizer(jax.clear_caches)
+    problem = ordered_problem(seed, 150, 4, "two-class")
+    rng = np.random.default_rng(seed + 20)
+    f0, f, _, _, cuts = random_rows(rng, problem, 24, 4)
+    cuts = np.clip(cuts, 0, problem.n)
+    cuts[0] = [0, 1, problem.n - 1, problem.n]  # empty and one-sample sides
+    rows = np.zeros_like(f0)
+    with jax.enable_x64(True):
+        data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
+        assert _kernels.walks_two_class_rows(data) and data.length > problem.n
+        want = jax.jit(jax.vmap(functools.partial(_kernels._binary_full_row, data)))(
+            rows, f0, f, cuts)
+        walk = jax.jit(_kernels._two_class_walked_rows)
+        for steps in (data.length, problem.n):
+            got = walk(data, rows, f0, f, cuts, np.int32(steps))
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert_rows_match(problem, f0, f, np.zeros_like(f0), np.full_like(f0, problem.n), cuts,
+                      *(np.asarray(a) for a in got))
+
+
 @pytest.mark.parametrize("kind", ["two-class", "multi-class", "weighted", "weighted-2"])
 def test_few_classes_past_the_lane_sweeps_walk_channels_major(monkeypatch, request, kind):
     """From BLOCKED_FROM on (here 64 samples) two to seven classes, counts or weights,
@@ -576,7 +610,7 @@ def test_the_audit_catches_a_non_commutative_combine():
     assert reduces and not _is_commutative(reduces[0])
 
 
-@pytest.mark.parametrize("task", ["regression", "classification"])
+@pytest.mark.parametrize("task", ["regression", "classification", "two-class"])
 def test_subsets_rows_walk_their_own_length(task):
     """Compacted subsets of different sizes share one padded layout; rows of the
     smaller ones are swept by `sweep_full_within`, whose walk stops after the longest
@@ -587,8 +621,9 @@ def test_subsets_rows_walk_their_own_length(task):
     rng = np.random.default_rng(11)
     n = 600
     X = np.round(rng.normal(size=(n, 3)), 1)
-    y = rng.normal(size=n) if task == "regression" else rng.integers(0, 4, n)
-    problem = make_problem(X, y, task=task)
+    y = (rng.normal(size=n) if task == "regression"
+         else rng.integers(0, 2 if task == "two-class" else 4, n))
+    problem = make_problem(X, y, task="regression" if task == "regression" else "classification")
     subs = [problem.compact(problem.rank[0] < size) for size in (70, 300, 590)]
     rows = np.repeat([1, 0], 20)  # rows of the two smaller subsets, not in size order
     f0 = rng.integers(0, 3, len(rows)).astype(np.int32)

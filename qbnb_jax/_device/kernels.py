@@ -965,7 +965,7 @@ def sweep_full(
     """
     if uses_class_order(data):
         return _class_order_rows(data, problem, f0, f, jnp.zeros_like(f0), None, cuts)
-    if scans_own_length(data):
+    if scans_own_length(data) and not walks_two_class_rows(data):
         return _walked_rows(data, problem, f0, f, cuts, data.length)
     return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
 
@@ -989,15 +989,30 @@ def sweep_full_within(
 
 def scans_own_length(data: SweepData) -> bool:
     """Whether `sweep_full_within` serves this data: its full sweeps walk the positions
-    one by one (`_class_lane_rows`, `_channels_major_full_rows`)."""
+    one by one (`_class_lane_rows`, `_channels_major_full_rows`,
+    `_two_class_walked_rows`)."""
     return not uses_class_order(data) and (sweeps_class_lanes(data)
-                                           or sweeps_channels_major(data))
+                                           or sweeps_channels_major(data)
+                                           or walks_two_class_rows(data))
+
+
+def walks_two_class_rows(data: SweepData) -> bool:
+    """Whether `sweep_full_within` takes `_two_class_walked_rows`: integer two-class
+    counts on the sequential plan, below the blocked sweeps' length. `sweep_full` of
+    the same data keeps the vmapped `_binary_full_row`, faster for the few rows of a
+    single problem's calls; the walk serves compacted subsets, whose rows stop at their
+    own lengths."""
+    return (data.binary and data.plan == "sequential" and not data.field_bits
+            and jnp.issubdtype(data.sorted_scan.dtype, jnp.integer)
+            and data.length < BLOCKED_FROM)
 
 
 def _walked_rows(data: SweepData, problem, f0, f, cuts, steps) -> tuple[Array, Array]:
     """The row sweep that walks the first `steps` positions one by one."""
     if sweeps_class_lanes(data):
         return _class_lane_rows(data, problem, f0, f, cuts, steps)
+    if walks_two_class_rows(data):
+        return _two_class_walked_rows(data, problem, f0, f, cuts, steps)
     return _channels_major_full_rows(data, problem, f0, f, cuts, steps)
 
 
@@ -1155,41 +1170,15 @@ def _channels_major_full_rows(
     in the same order) is carried rather than read: streaming a gathered `(n, S, R)`
     copy of it cost up to half the sweep.
     """
-    lay = data.layout_of[problem]  # (R,)
     dtype = data.sorted_scan.dtype
     S = data.sorted_scan.shape[-1]
     R, K = cuts.shape
     zero = jnp.zeros((), dtype)
     lane_cuts = jnp.transpose(cuts)  # (K, R)
-
-    block = _walk_block(data.length)
-
-    def rows_of(table, first, at, size):  # (R, size, ...): each row's slice from `at`
-        def one(*index):
-            start = (*index, at) + (0,) * (table.ndim - len(index) - 1)
-            start = tuple(jnp.asarray(i, jnp.int32) for i in start)
-            return jax.lax.dynamic_slice(table, start, (1,) * len(index) + (size,)
-                                         + table.shape[len(index) + 1:])
-        return jax.vmap(one)(*first).reshape(len(first[0]), size, *table.shape[len(first) + 1:])
-
-    def block_of(start):  # positions [start, start + block) of every row, lanes last
-        ids = rows_of(data.perm, (lay, f), start, block)  # (R, B)
-        key = data.rank[lay[:, None], f0[:, None], ids]
-        values = rows_of(data.sorted_scan, (problem, f), start, block)  # (R, B, S)
-        valid = rows_of(data.cut_valid, (lay, f), start + 1, block)
-        return (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key),
-                jnp.transpose(valid), start + jnp.arange(block))
+    over_blocks = _row_blocks(data, problem, f0, f, steps)
 
     def add_sample(left, value, k):  # left (S, K, R), value (S, R), k (R,)
         return left + jnp.where((k[None, :] < lane_cuts)[None], value[:, None, :], zero)
-
-    once = block_of(0) if block == data.length else None  # one block serves both passes
-
-    def over_blocks(fn, carry):  # carry = fn(block's inputs, positions to walk, carry)
-        if once is not None:
-            return fn(once, steps, carry)
-        return _walk_blocks(steps, block, carry, lambda start, carry: fn(
-            block_of(start), jnp.minimum(steps - start, block), carry))
 
     empty = jnp.zeros((S, K, R), dtype)
     if jnp.issubdtype(dtype, jnp.integer):  # exact in any order: a block at a time
@@ -1240,6 +1229,88 @@ def _channels_major_full_rows(
     if data.loss_kind == "sse":
         return (_sse_loss(pre_tot[..., -1], pre_scan, prefix),
                 _sse_loss(suf_tot[..., -1], suf_scan, suffix))
+    return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
+
+
+def _row_blocks(data: SweepData, problem: Array, f0: Array, f: Array, steps):
+    """The inputs of a walk over the first `steps` positions of its rows' feature orders,
+    lanes last: `over_blocks(fn, carry)` runs `carry = fn(xs, count, carry)` for each
+    block of WALK_BLOCK positions in order (`_walk_block`; the whole order in one
+    block up to that length), `xs = (values (B, S, R), root positions (B, R), valid
+    (B, R), positions (B,))` and `count` the block's positions to walk. A call then
+    holds a block of each row rather than its whole order, so it takes as many rows at
+    n = 10^6 as at 10^4. A walk of one block gathers it once for all its passes."""
+    lay = data.layout_of[problem]  # (R,)
+    block = _walk_block(data.length)
+
+    def rows_of(table, first, at, size):  # (R, size, ...): each row's slice from `at`
+        def one(*index):
+            start = (*index, at) + (0,) * (table.ndim - len(index) - 1)
+            start = tuple(jnp.asarray(i, jnp.int32) for i in start)
+            return jax.lax.dynamic_slice(table, start, (1,) * len(index) + (size,)
+                                         + table.shape[len(index) + 1:])
+        return jax.vmap(one)(*first).reshape(len(first[0]), size, *table.shape[len(first) + 1:])
+
+    def block_of(start):  # positions [start, start + block) of every row, lanes last
+        ids = rows_of(data.perm, (lay, f), start, block)  # (R, B)
+        key = data.rank[lay[:, None], f0[:, None], ids]
+        values = rows_of(data.sorted_scan, (problem, f), start, block)  # (R, B, S)
+        valid = rows_of(data.cut_valid, (lay, f), start + 1, block)
+        return (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key),
+                jnp.transpose(valid), start + jnp.arange(block))
+
+    once = block_of(0) if block == data.length else None  # one block serves every pass
+
+    def over_blocks(fn, carry):
+        if once is not None:
+            return fn(once, steps, carry)
+        return _walk_blocks(steps, block, carry, lambda start, carry: fn(
+            block_of(start), jnp.minimum(steps - start, block), carry))
+
+    return over_blocks
+
+
+def _two_class_walked_rows(
+    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array, steps
+) -> tuple[Array, Array]:
+    """`_binary_full_row` of all rows in one walk over the first `steps` positions.
+
+    A set's best split needs only its signed total and the largest and smallest prefix
+    sums at valid positions (`_binary_full_row`), so one pass carries, per (cut, row)
+    lane, the prefix set's running sum, and the extremes of it and of the suffix set's
+    (the row's running total less it), and scores once at the end: no `(n, K)` prefix
+    sums are stored, and a call's walk stops after its longest row (compacted sides of
+    different sizes, `sweep_full_within`). Invalid positions leave the extremes as
+    they are, which start at 0, the empty prefix. Integer sums: the same numbers as
+    `_binary_full_row` in any order (`tests/test_kernel_order.py`). Each step is a
+    dozen element-wise operations over the lanes, so it pays only with many rows a
+    call (TWO_CLASS_WALK_ROWS, `_device/runner.py`).
+    """
+    dtype = data.sorted_scan.dtype
+    R, K = cuts.shape
+    lane_cuts = jnp.transpose(cuts)  # (K, R)
+    zero = jnp.zeros((K, R), dtype)
+
+    def step(carry, sample):
+        left, total, top_pre, low_pre, top_suf, low_suf = carry  # (K, R) but total (R,)
+        value, k, ok = sample  # (1, R), (R,), (R,)
+        left = left + jnp.where(k[None, :] < lane_cuts, value, jnp.zeros((), dtype))
+        total = total + value[0]
+        right = total[None, :] - left
+        ok = ok[None, :]
+        return (left, total,
+                jnp.where(ok, jnp.maximum(top_pre, left), top_pre),
+                jnp.where(ok, jnp.minimum(low_pre, left), low_pre),
+                jnp.where(ok, jnp.maximum(top_suf, right), top_suf),
+                jnp.where(ok, jnp.minimum(low_suf, right), low_suf)), None
+
+    start = (zero, jnp.zeros((R,), dtype), zero, zero, zero, zero)
+    left, total, top_pre, low_pre, top_suf, low_suf = _row_blocks(data, problem, f0, f, steps)(
+        lambda xs, count, carry: _walk(step, carry, xs[:3], count), start)
+    prefix = jnp.transpose(_two_class_score(left, top_pre, low_pre))
+    suffix = jnp.transpose(_two_class_score(total[None, :] - left, top_suf, low_suf))
+    pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, C)
+    suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 

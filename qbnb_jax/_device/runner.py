@@ -32,6 +32,7 @@ from qbnb_jax._device.kernels import (
     sweeps_channels_major,
     sweeps_class_lanes,
     uses_class_order,
+    walks_two_class_rows,
 )
 from qbnb_jax._device.limits import limit_data, sweep_limited
 from qbnb_jax._device.parallel import THREADS, run_all
@@ -51,6 +52,10 @@ MAX_CHUNK = 64
 # fixed cost per position that its rows share (at n = 4,608, a call of 8 rows took
 # half the time of one of 64). Many-class sweeps keep their chunks.
 BIG_CHUNK_FACTOR = 4
+# Rows per call of the two-class walk of compacted subsets (`_two_class_walked_rows`):
+# a step costs about 0.4 us whatever its lanes, so at 16 rows of four cuts a walk took
+# 6.5 ns a cut-element, at 64 rows 1.8 and at 256 rows 1.1-1.3 (n = 1,024 to 8,192).
+TWO_CLASS_WALK_ROWS = 256
 # An accelerator wants few large calls: up to this many rows, and intermediates of at
 # most ACCELERATOR_SHARE of its free memory.
 ACCELERATOR_MAX_ROWS = 4096
@@ -406,6 +411,12 @@ class KernelRunner:
             if rows <= CLASS_LANE_ROWS // 2 and length >= NARROW_LANES_FROM:
                 return CLASS_LANE_ROWS // 2
             return CLASS_LANE_ROWS
+        if (name == "full" and walks_two_class_rows(self.data)
+                and self.__dict__.get("_problem_lengths") is not None):
+            # compacted subsets' rows walk (`sweep_full_within`): a step's fixed cost
+            # is shared by all of a call's rows, as few calls as leave every thread one
+            return min(TWO_CLASS_WALK_ROWS, max(TWO_CLASS_WALK_ROWS // 4,
+                                                pow2_at_least(-(-rows // THREADS))))
         # class-ordered sweeps carry one count per (row, cut), whatever the classes
         channels = 1 if uses_class_order(self.data) else int(self.data.sorted_scan.shape[-1])
         per_row = cuts * (length + 1) * channels
