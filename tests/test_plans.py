@@ -128,6 +128,41 @@ def test_class_lane_calls_narrow_for_few_rows(monkeypatch):
     assert all(np.array_equal(a, b[:20]) for a, b in zip(narrow, wide))
 
 
+@pytest.mark.parametrize("classes", [2, 5])
+def test_compacted_subsets_take_wide_calls(monkeypatch, classes):
+    """Compacted subsets' rows walk to each call's longest row (`sweep_full_within`) in
+    wide calls: the two-class walk up to TWO_CLASS_WALK_ROWS rows, class lanes of few
+    classes SUBSET_LANE_ROWS once a round has more rows; a row's losses do not depend
+    on the call it is in."""
+    import jax
+
+    from qbnb_jax._device import runner as runner_module
+    from qbnb_jax._problem.data import make_problem
+
+    rng = np.random.default_rng(8)
+    monkeypatch.setenv("QBNB_JAX_PLAN", "sequential")
+    n = 900
+    X, y = np.round(rng.normal(size=(n, 3)), 1), rng.integers(0, classes, n)
+    problem = make_problem(X, y, task="classification")
+    subs = [problem.compact(problem.rank[0] < size) for size in (200, 500, 850)]
+    runner = runner_module.KernelRunner(problem).for_compact(subs)
+    many = 3 * runner_module.TWO_CLASS_WALK_ROWS
+    wide = (runner_module.TWO_CLASS_WALK_ROWS if classes == 2
+            else runner_module.SUBSET_LANE_ROWS)
+    assert runner._chunk(4, runner.data.length, many) == wide
+    rows = rng.integers(0, len(subs), many)
+    sizes = np.array([sub.n for sub in subs])[rows]
+    f0, f = rng.integers(0, 3, many), rng.integers(0, 3, many)
+    cuts = np.sort(rng.integers(0, sizes[:, None] + 1, (many, 4)), axis=1)
+    with jax.enable_x64(True):
+        together = runner.full(f0, f, cuts, problem=rows)
+        alone = [runner.full(f0[i:i + 1], f[i:i + 1], cuts[i:i + 1], problem=rows[i:i + 1])
+                 for i in range(0, many, 97)]
+    for j, i in enumerate(range(0, many, 97)):
+        assert together[0][i].tolist() == alone[j][0][0].tolist()
+        assert together[1][i].tolist() == alone[j][1][0].tolist()
+
+
 def test_two_class_calls_spread_rows_over_threads(monkeypatch):
     """The sequential plan's two-class calls: few rows go to one call per thread (each
     call walks every position), many to cache-sized chunks; at most three chunk sizes,

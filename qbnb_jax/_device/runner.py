@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from qbnb_jax._device.kernels import (
+    CHANNELS_MAJOR_FROM_CLASSES,
     CLASS_LANE_ROWS,
     GRID_LANES,
     WALK_BLOCK,
@@ -56,6 +57,12 @@ BIG_CHUNK_FACTOR = 4
 # a step costs about 0.4 us whatever its lanes, so at 16 rows of four cuts a walk took
 # 6.5 ns a cut-element, at 64 rows 1.8 and at 256 rows 1.1-1.3 (n = 1,024 to 8,192).
 TWO_CLASS_WALK_ROWS = 256
+# Rows per class-lane call of compacted subsets of fewer than CHANNELS_MAJOR_FROM_CLASSES
+# classes, with more rows than this: measured at depth 3 against CLASS_LANE_ROWS (64),
+# fault 20% and segment 10% less time, bean 6%, page 3%, and 12 classes 3% more; 256
+# rows were slower on page and segment (more padding in the calls' walks). A single
+# problem keeps CLASS_LANE_ROWS (128 were slower on bean at depth 2).
+SUBSET_LANE_ROWS = 128
 # An accelerator wants few large calls: up to this many rows, and intermediates of at
 # most ACCELERATOR_SHARE of its free memory.
 ACCELERATOR_MAX_ROWS = 4096
@@ -410,6 +417,13 @@ class KernelRunner:
             # executable (NARROW_LANES_FROM)
             if rows <= CLASS_LANE_ROWS // 2 and length >= NARROW_LANES_FROM:
                 return CLASS_LANE_ROWS // 2
+            if (self.__dict__.get("_problem_lengths") is not None
+                    and rows > SUBSET_LANE_ROWS
+                    and self.data.n_classes < CHANNELS_MAJOR_FROM_CLASSES):
+                # compacted subsets (a depth-3 search's sides): their rounds hold many
+                # rows, and a step's fixed cost weighs most where its lanes carry few
+                # classes
+                return SUBSET_LANE_ROWS
             return CLASS_LANE_ROWS
         if (name == "full" and walks_two_class_rows(self.data)
                 and self.__dict__.get("_problem_lengths") is not None):
