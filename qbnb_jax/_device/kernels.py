@@ -965,7 +965,7 @@ def sweep_full(
     """
     if uses_class_order(data):
         return _class_order_rows(data, problem, f0, f, jnp.zeros_like(f0), None, cuts)
-    if scans_own_length(data) and not walks_two_class_rows(data):
+    if _walks_whole_rows(data):
         return _walked_rows(data, problem, f0, f, cuts, data.length)
     return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
 
@@ -987,13 +987,17 @@ def sweep_full_within(
     return _walked_rows(data, problem, f0, f, cuts, jnp.max(length))
 
 
+def _walks_whole_rows(data: SweepData) -> bool:
+    """Whether `sweep_full` walks the positions one by one (`_class_lane_rows`,
+    `_channels_major_full_rows`)."""
+    return not uses_class_order(data) and (sweeps_class_lanes(data)
+                                           or sweeps_channels_major(data))
+
+
 def scans_own_length(data: SweepData) -> bool:
     """Whether `sweep_full_within` serves this data: its full sweeps walk the positions
-    one by one (`_class_lane_rows`, `_channels_major_full_rows`,
-    `_two_class_walked_rows`)."""
-    return not uses_class_order(data) and (sweeps_class_lanes(data)
-                                           or sweeps_channels_major(data)
-                                           or walks_two_class_rows(data))
+    one by one, those of `sweep_full` or `_two_class_walked_rows`."""
+    return _walks_whole_rows(data) or walks_two_class_rows(data)
 
 
 def walks_two_class_rows(data: SweepData) -> bool:

@@ -411,24 +411,24 @@ class KernelRunner:
                           bytes_from_device=sum(r.nbytes for r in results))
 
     def _chunk(self, cuts: int, length: int, rows: int, name: str = "full") -> int:
+        # compacted subsets: their rows walk to each call's longest (`_full_rows`)
+        subsets = self.__dict__.get("_problem_lengths") is not None
         if name == "full" and sweeps_class_lanes(self.data):
             # the rows are its vector lanes; a round of at most half of them takes half
             # the lanes, where a call costs enough to pay for compiling a second
             # executable (NARROW_LANES_FROM)
             if rows <= CLASS_LANE_ROWS // 2 and length >= NARROW_LANES_FROM:
                 return CLASS_LANE_ROWS // 2
-            if (self.__dict__.get("_problem_lengths") is not None
-                    and rows > SUBSET_LANE_ROWS
+            if (subsets and rows > SUBSET_LANE_ROWS
                     and self.data.n_classes < CHANNELS_MAJOR_FROM_CLASSES):
                 # compacted subsets (a depth-3 search's sides): their rounds hold many
                 # rows, and a step's fixed cost weighs most where its lanes carry few
                 # classes
                 return SUBSET_LANE_ROWS
             return CLASS_LANE_ROWS
-        if (name == "full" and walks_two_class_rows(self.data)
-                and self.__dict__.get("_problem_lengths") is not None):
-            # compacted subsets' rows walk (`sweep_full_within`): a step's fixed cost
-            # is shared by all of a call's rows, as few calls as leave every thread one
+        if name == "full" and subsets and walks_two_class_rows(self.data):
+            # a step's fixed cost is shared by all of a call's rows: as few calls as
+            # leave every thread one
             return min(TWO_CLASS_WALK_ROWS, max(TWO_CLASS_WALK_ROWS // 4,
                                                 pow2_at_least(-(-rows // THREADS))))
         # class-ordered sweeps carry one count per (row, cut), whatever the classes
