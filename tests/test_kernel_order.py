@@ -140,14 +140,14 @@ def test_sweep_full_equals_reference(kind, seed, n):
     assert_rows_match(problem, f0, f, zeros, ends, cuts, np.asarray(pre), np.asarray(suf))
 
 
-@pytest.mark.parametrize("block", [None, 64])
+@pytest.mark.parametrize("block", [None, 32])
 @pytest.mark.parametrize("kind", ["multi-class", "weighted", "sse", "sse-2"])
 def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, request, kind, block):
     """The all-rows channels-major sweep gives the numbers of the per-row sweep it
     replaced on the sequential plan: the same for class counts and weights; regression
     scores a split by its gain (`_sse_gain`, one division), so its losses agree to
     rounding (docs/design.md, "Regression scores"). `block`: its walk gathers that
-    many positions at a time (here three blocks, the last one cut short by the walk's
+    many positions at a time (here five blocks, the last one cut short by the walk's
     end), as it does past WALK_BLOCK samples."""
     if block is not None:
         monkeypatch.setattr(_kernels, "WALK_BLOCK", block)
@@ -181,18 +181,18 @@ def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, request, kind, b
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.parametrize("block", [None, 64])
+@pytest.mark.parametrize("block", [None, 32])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_two_class_walk_equals_the_row_sweep(monkeypatch, request, seed, block):
     """The two-class walk of compacted subsets (`_two_class_walked_rows`) gives the
     integers of the vmapped `_binary_full_row` it replaces there, walking every padded
     position or stopping after the samples (a traced count), its inputs gathered in
-    blocks (`block`: here three, the last cut short by the walk's end) or at once. The
+    blocks (`block`: here five, the last cut short by the walk's end) or at once. The
     signed counts alternate or run along the swept orders (`ordered_problem`), and
     ties leave most positions of the other features invalid. Early stops at subsets'
     own lengths: `test_subsets_rows_walk_their_own_length`."""
     if block is not None:
-        monkeypatch.setattr(_kernels, "WALK_BLOCK", block)
+        monkeypatch.setattr(_kernels, "TWO_CLASS_WALK_BLOCK", block)
         jax.clear_caches()  # no walk traced with the other block size is reused
         request.addfinalizer(jax.clear_caches)
     problem = ordered_problem(seed, 150, 4, "two-class")
@@ -246,15 +246,23 @@ def test_few_classes_past_the_lane_sweeps_walk_channels_major(monkeypatch, reque
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.parametrize("classes, weight, K, n", [
-    (3, 0, 1, 150), (5, 0, 4, 150), (12, 0, 4, 150), (5, 0, 2, 2**15 + 10),
-    (5, 1, 4, 150), (7, 1, 1, 150), (5, 300, 32, 150)])
-def test_class_lane_sweep_equals_the_row_sweep(classes, weight, K, n):
+@pytest.mark.parametrize("classes, weight, K, n, block", [
+    (3, 0, 1, 150, None), (5, 0, 4, 150, None), (12, 0, 4, 150, None),
+    (5, 0, 2, 2**15 + 10, None), (5, 1, 4, 150, None), (7, 1, 1, 150, None),
+    (5, 300, 32, 150, None), (5, 0, 4, 150, 32), (5, 1, 4, 150, 32)])
+def test_class_lane_sweep_equals_the_row_sweep(monkeypatch, request, classes, weight, K,
+                                               n, block):
     """The rows-in-lanes sweep of class counts (`_class_lane_rows`) gives the per-row
     sweep's integers: counts of 0 or 1 read from `root_code` (weight 0), or every class
     count read, int16 or (integer weights summing past 2**15) int32; root positions
     compared as int16, or int32 past 2**15 samples. It is what `sweep_full` takes for
-    them on the sequential plan."""
+    them on the sequential plan. `block`: its inputs gathered that many positions at a
+    time (here five blocks, the last cut short where the walk stops at the samples)
+    rather than CLASS_LANE_BLOCK."""
+    if block is not None:
+        monkeypatch.setattr(_kernels, "CLASS_LANE_BLOCK", block)
+        jax.clear_caches()  # no walk traced with the other block size is reused
+        request.addfinalizer(jax.clear_caches)
     rng = np.random.default_rng(classes + K)
     X = np.round(rng.normal(size=(n, 4)), 1)
     X[:, 0] = np.arange(n)

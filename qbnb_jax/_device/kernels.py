@@ -1236,42 +1236,62 @@ def _channels_major_full_rows(
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
-def _row_blocks(data: SweepData, problem: Array, f0: Array, f: Array, steps):
-    """The inputs of a walk over the first `steps` positions of its rows' feature orders,
-    lanes last: `over_blocks(fn, carry)` runs `carry = fn(xs, count, carry)` for each
-    block of WALK_BLOCK positions in order (`_walk_block`; the whole order in one
-    block up to that length), `xs = (values (B, S, R), root positions (B, R), valid
-    (B, R), positions (B,))` and `count` the block's positions to walk. A call then
-    holds a block of each row rather than its whole order, so it takes as many rows at
-    n = 10^6 as at 10^4. A walk of one block gathers it once for all its passes."""
-    lay = data.layout_of[problem]  # (R,)
-    block = _walk_block(data.length)
+def _row_slices(table: Array, index: tuple, at, size: int) -> Array:
+    """`(R, size, ...)`: row r's slice `table[index[0][r], index[1][r], ..., at : at +
+    size]` (the trailing axes whole), for R rows of `index`."""
+    def one(*row):
+        start = (*row, at) + (0,) * (table.ndim - len(row) - 1)
+        start = tuple(jnp.asarray(i, jnp.int32) for i in start)
+        return jax.lax.dynamic_slice(table, start, (1,) * len(row) + (size,)
+                                     + table.shape[len(row) + 1:])
+    return jax.vmap(one)(*index).reshape(len(index[0]), size, *table.shape[len(index) + 1:])
 
-    def rows_of(table, first, at, size):  # (R, size, ...): each row's slice from `at`
-        def one(*index):
-            start = (*index, at) + (0,) * (table.ndim - len(index) - 1)
-            start = tuple(jnp.asarray(i, jnp.int32) for i in start)
-            return jax.lax.dynamic_slice(table, start, (1,) * len(index) + (size,)
-                                         + table.shape[len(index) + 1:])
-        return jax.vmap(one)(*first).reshape(len(first[0]), size, *table.shape[len(first) + 1:])
 
-    def block_of(start):  # positions [start, start + block) of every row, lanes last
-        ids = rows_of(data.perm, (lay, f), start, block)  # (R, B)
-        key = data.rank[lay[:, None], f0[:, None], ids]
-        values = rows_of(data.sorted_scan, (problem, f), start, block)  # (R, B, S)
-        valid = rows_of(data.cut_valid, (lay, f), start + 1, block)
-        return (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key),
-                jnp.transpose(valid), start + jnp.arange(block))
-
-    once = block_of(0) if block == data.length else None  # one block serves every pass
+def _blocks(length: int, steps, limit: int, block_of):
+    """`over_blocks(fn, carry)`: `carry = fn(xs, count, carry)` for each block of at
+    most `limit` positions of a walk over the first `steps` of `length` positions, in
+    order (`_walk_block`; the whole order in one block up to that length), `xs =
+    block_of(start, size)` the block's inputs and `count` its positions to walk. A
+    walk of one block gathers it once for all its passes."""
+    block = _walk_block(length, limit)
+    once = block_of(0, block) if block == length else None
 
     def over_blocks(fn, carry):
         if once is not None:
             return fn(once, steps, carry)
         return _walk_blocks(steps, block, carry, lambda start, carry: fn(
-            block_of(start), jnp.minimum(steps - start, block), carry))
+            block_of(start, block), jnp.minimum(steps - start, block), carry))
 
     return over_blocks
+
+
+def _row_blocks(data: SweepData, problem: Array, f0: Array, f: Array, steps,
+                limit: int | None = None):
+    """The inputs of a walk over the first `steps` positions of its rows' feature orders,
+    lanes last, in blocks of at most `limit` (default WALK_BLOCK) positions (`_blocks`):
+    `xs = (values (B, S, R), root positions (B, R), valid (B, R), positions (B,))`. A
+    call then holds a block of each row rather than its whole order, so it takes as
+    many rows at n = 10^6 as at 10^4."""
+    lay = data.layout_of[problem]  # (R,)
+
+    def block_of(start, size):  # positions [start, start + size) of every row
+        ids = _row_slices(data.perm, (lay, f), start, size)  # (R, B)
+        key = data.rank[lay[:, None], f0[:, None], ids]
+        values = _row_slices(data.sorted_scan, (problem, f), start, size)  # (R, B, S)
+        valid = _row_slices(data.cut_valid, (lay, f), start + 1, size)
+        return (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key),
+                jnp.transpose(valid), start + jnp.arange(size))
+
+    return _blocks(data.length, steps, WALK_BLOCK if limit is None else limit, block_of)
+
+
+# Positions per block of the two-class walk (`_row_blocks`). Its one pass costs little
+# a step, so gathering and transposing each row's inputs is much of a call: in blocks
+# of this many positions they stay in a core's caches (256-row calls at 7,168 samples:
+# 10.1 ms whole, 5.5 ms in blocks of 512; 1,024 was slower than 512 and 256 no faster).
+# The channels-major walk keeps whole orders: it walks every block twice, and its one
+# gather of them for both passes cost less than two gathers of blocks.
+TWO_CLASS_WALK_BLOCK = 512
 
 
 def _two_class_walked_rows(
@@ -1309,7 +1329,8 @@ def _two_class_walked_rows(
                 jnp.where(ok, jnp.minimum(low_suf, right), low_suf)), None
 
     start = (zero, jnp.zeros((R,), dtype), zero, zero, zero, zero)
-    left, total, top_pre, low_pre, top_suf, low_suf = _row_blocks(data, problem, f0, f, steps)(
+    left, total, top_pre, low_pre, top_suf, low_suf = _row_blocks(
+        data, problem, f0, f, steps, TWO_CLASS_WALK_BLOCK)(
         lambda xs, count, carry: _walk(step, carry, xs[:3], count), start)
     prefix = jnp.transpose(_two_class_score(left, top_pre, low_pre))
     suffix = jnp.transpose(_two_class_score(total[None, :] - left, top_suf, low_suf))
@@ -1318,12 +1339,13 @@ def _two_class_walked_rows(
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
 
 
-def _walk_block(length: int) -> int:
+def _walk_block(length: int, limit: int) -> int:
     """Positions per block of a walk over `length` (a `padded_length`): all of them up
-    to WALK_BLOCK, else the largest power of two that divides it, at most WALK_BLOCK,
-    so that every block is whole (a slice that passed the end would be moved back).
-    Past 8192 samples `padded_length` steps by a multiple of 1024."""
-    return length if length <= WALK_BLOCK else math.gcd(length, WALK_BLOCK)
+    to `limit` (a power of two), else the largest power of two that divides it, at
+    most `limit`, so that every block is whole (a slice that passed the end would be
+    moved back). `padded_length` steps by a multiple of 64 past 512 samples, of 1024
+    past 8192."""
+    return length if length <= limit else math.gcd(length, limit)
 
 
 def _walk_blocks(steps, block: int, carry, fn):
@@ -1339,6 +1361,9 @@ def _walk_blocks(steps, block: int, carry, fn):
 # on page, segment, bean and fault); more rows stream more of the transposed inputs
 # through the caches (128 rows were slower on bean).
 CLASS_LANE_ROWS = 64
+# Positions per block of `_class_lane_rows`' inputs (`_blocks`), gathered and transposed
+# a block at a time: see TWO_CLASS_WALK_BLOCK.
+CLASS_LANE_BLOCK = 512
 
 
 def _class_lane_rows(
@@ -1364,7 +1389,6 @@ def _class_lane_rows(
     lay = data.layout_of[problem]  # (R,)
     dtype = data.sorted_scan.dtype
     C = data.n_classes
-    valid = jnp.transpose(data.cut_valid[lay, f, 1:])  # (n, R)
     # Float class weights, multiples of one weight per class: counts weighed in the
     # score. The class sums in f0's order are then `root_cum` (float weights keep every
     # class there), so no `full_scan` is built.
@@ -1375,9 +1399,16 @@ def _class_lane_rows(
     class_sums = data.full_scan if scale is None else data.root_cum
     # root positions compared as int16 where they fit: twice the lanes of int32
     key_dtype = jnp.int16 if data.length < 2**15 else jnp.int32
+
+    def valid_of(start, size):  # (B, R)
+        return jnp.transpose(_row_slices(data.cut_valid, (lay, f), start + 1, size))
+
     if data.root_code.size:  # counts of 0 or 1: root position and class in one read
-        codes = data.root_code[problem[:, None], f0[:, None], data.perm[lay, f]]  # (R, n)
-        xs = (jnp.transpose(codes), valid)
+        def block_of(start, size):
+            ids = _row_slices(data.perm, (lay, f), start, size)  # (R, B)
+            codes = data.root_code[problem[:, None], f0[:, None], ids]
+            return jnp.transpose(codes), valid_of(start, size)
+
         label = jnp.arange(C, dtype=jnp.int32)[:, None]
         class_bits = (1 << CLASS_CODE_BITS) - 1
         key_shift = CLASS_CODE_BITS + (0 if scale is None else SCALED_COUNT_BITS)
@@ -1390,9 +1421,12 @@ def _class_lane_rows(
                 counts = counts * times.astype(dtype)[None, :]
             return counts, (code >> key_shift).astype(key_dtype), ok
     else:  # every class count of every position, transposed
-        key = jax.vmap(functools.partial(_root_positions, data))(lay, f0, f)  # (R, n)
-        xs = (jnp.transpose(data.sorted_scan[problem, f], (1, 2, 0)),
-              jnp.transpose(key).astype(key_dtype), valid)
+        def block_of(start, size):
+            ids = _row_slices(data.perm, (lay, f), start, size)  # (R, B)
+            key = data.rank[lay[:, None], f0[:, None], ids].astype(key_dtype)
+            values = _row_slices(data.sorted_scan, (problem, f), start, size)  # (R, B, C)
+            return (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key),
+                    valid_of(start, size))
 
         def sample_of(x):
             return x
@@ -1430,7 +1464,8 @@ def _class_lane_rows(
     empty = jnp.zeros_like(pre_scan)
     start = (empty, jnp.zeros((C, cuts.shape[0]), dtype), score(empty, pre_scan),
              score(empty, suf_scan))
-    _, _, prefix, suffix = _walk(step, start, xs, steps)
+    _, _, prefix, suffix = _blocks(data.length, steps, CLASS_LANE_BLOCK, block_of)(
+        lambda xs, count, carry: _walk(step, carry, xs, count), start)
     pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, 1)
     suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot
     return (_loss_from_score(data, pre_tot, jnp.transpose(prefix)),
