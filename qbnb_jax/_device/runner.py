@@ -53,9 +53,10 @@ MAX_CHUNK = 64
 # fixed cost per position that its rows share (at n = 4,608, a call of 8 rows took
 # half the time of one of 64). Many-class sweeps keep their chunks.
 BIG_CHUNK_FACTOR = 4
-# Rows per call of the two-class walk of compacted subsets (`_two_class_walked_rows`):
-# a step costs about 0.4 us whatever its lanes, so at 16 rows of four cuts a walk took
-# 6.5 ns a cut-element, at 64 rows 1.8 and at 256 rows 1.1-1.3 (n = 1,024 to 8,192).
+# Rows per call of the two-class walk (`_two_class_walked_rows`): a step costs about
+# 0.4 us whatever its lanes, so at 16 rows of four cuts a walk took 6.5 ns a
+# cut-element, at 64 rows 1.8 and at 256 rows 1.1-1.3 (n = 1,024 to 8,192); 128 and
+# 512 were no faster at depth 2 or 3.
 TWO_CLASS_WALK_ROWS = 256
 # Rows per class-lane call of compacted subsets of fewer than CHANNELS_MAJOR_FROM_CLASSES
 # classes, with more rows than this: measured at depth 3 against CLASS_LANE_ROWS (64),
@@ -426,7 +427,7 @@ class KernelRunner:
                 # classes
                 return SUBSET_LANE_ROWS
             return CLASS_LANE_ROWS
-        if name == "full" and subsets and walks_two_class_rows(self.data):
+        if name == "full" and walks_two_class_rows(self.data):
             # a step's fixed cost is shared by all of a call's rows: as few calls as
             # leave every thread one
             return min(TWO_CLASS_WALK_ROWS, max(TWO_CLASS_WALK_ROWS // 4,
