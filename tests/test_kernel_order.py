@@ -286,15 +286,21 @@ def test_class_lane_sweep_equals_the_row_sweep(monkeypatch, request, classes, we
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.parametrize("classes, K, n, times", [
-    (3, 4, 150, 1), (5, 1, 150, 1), (7, 4, 129, 1), (12, 2, 200, 1), (3, 4, 150, 3),
-    (7, 2, 129, 255)])
-def test_class_weights_sweep_as_weighed_counts(classes, K, n, times):
+@pytest.mark.parametrize("classes, K, n, times, block", [
+    (3, 4, 150, 1, None), (5, 1, 150, 1, None), (7, 4, 129, 1, None), (12, 2, 200, 1, None),
+    (3, 4, 150, 3, None), (7, 2, 129, 255, None), (5, 4, 150, 3, 32)])
+def test_class_weights_sweep_as_weighed_counts(monkeypatch, request, classes, K, n, times,
+                                               block):
     """Float weights that are multiples (up to `times`, 0 for some samples) of one
     weight per class (`class_weight`, bootstraps of it) take the class lanes: samples
     counted in integers, each count weighed by its class's weight in the score
-    (`class_scales`). The losses are the reference's to rounding; weights that are no
-    such multiples keep the float walk."""
+    (`class_scales`). Weights that are no such multiples take them too, each sample's
+    weight added to float sums. The losses are the reference's to rounding. `block`:
+    the lanes' inputs gathered that many positions at a time."""
+    if block is not None:
+        monkeypatch.setattr(_kernels, "CLASS_LANE_BLOCK", block)
+        jax.clear_caches()  # no walk traced with the other block size is reused
+        request.addfinalizer(jax.clear_caches)
     rng = np.random.default_rng(classes * K + times)
     X = np.round(rng.normal(size=(n, 4)), 1)
     X[:, 0] = np.arange(n)
@@ -312,14 +318,22 @@ def test_class_weights_sweep_as_weighed_counts(classes, K, n, times):
         assert _kernels.sweeps_class_lanes(data) and data.root_code.size > 0
         np.testing.assert_array_equal(np.asarray(data.class_scale)[0], per_class)
         got = sweep_full(data, rows, f0, f, cuts)
-        short = _kernels.sweep_full_within(data, rows, f0, f, np.full_like(f0, n), cuts)
+        # zero multiples drop their samples: the walk stops at the problem's own n
+        short = _kernels.sweep_full_within(data, rows, f0, f, np.full_like(f0, problem.n),
+                                           cuts)
         varied = make_problem(X, y, task="classification",
                               sample_weight=rng.uniform(0.5, 2.0, n) * per_class[y])
         other = SweepData.from_problem(varied)
-        assert other.class_scale.size == 0 and not _kernels.sweeps_class_lanes(other)
+        assert other.class_scale.size == 0 and other.root_code.size > 0
+        assert _kernels.sweeps_class_lanes(other)
+        floats = sweep_full(other, rows, f0, f, cuts)
+        floats_short = _kernels.sweep_full_within(other, rows, f0, f, np.full_like(f0, n),
+                                                  cuts)
     full = np.zeros_like(lo), np.full_like(hi, n)
     assert_rows_match(problem, f0, f, *full, cuts, *map(np.asarray, got))
     assert_rows_match(problem, f0, f, *full, cuts, *map(np.asarray, short))
+    assert_rows_match(varied, f0, f, *full, cuts, *map(np.asarray, floats))
+    assert_rows_match(varied, f0, f, *full, cuts, *map(np.asarray, floats_short))
 
 
 def sweep_many_classes(classes: int, weight: int, seed: int) -> SweepData:

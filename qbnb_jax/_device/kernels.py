@@ -234,22 +234,25 @@ class SweepData(eqx.Module):
         scales, multiples = (class_scales([pr.stats for pr in problems])
                              if lanes_serve and first.loss_kind == "weighted"
                              else (None, None))
+        # float class weights: one class per sample, whose weight the lanes read
+        # from `scan` where they are no multiples of one weight per class (`scales`)
         lane_codes = lanes_serve and (
-            scales is not None
+            first.loss_kind == "weighted"
             or (first.loss_kind == "count"
                 and all(pr.stats.max(initial=0) <= 1 for pr in problems)))
         if stat_tables is not None:
             tables = dict(stat_tables)
         else:
-            # `full_scan` is read by the class lanes (not the weighed ones, which read
-            # `root_cum`), the class grid and the vmapped row sweeps; the
+            # `full_scan` is read by the class lanes of integer counts (float weights
+            # read `root_cum`), the class grid and the vmapped row sweeps; the
             # channels-major walks and the regression lanes form every running sum
             # themselves.
             settings = (plan, field_bits, binary, first.loss_kind, first.n_channels, n_pad)
             count_grid = (first.loss_kind == "count" and not binary and not field_bits
                           and first.n_channels <= GRID_MAX_CLASSES and L == 1 and count > 1)
             full_sums = (not _walks_channels_major(*settings) or count_grid
-                         or _walks_class_lanes(lane_codes, *settings) and scales is None)
+                         or _walks_class_lanes(lane_codes, *settings)
+                         and first.loss_kind == "count")
             signed_chunks = (chunks if binary and chunks is not None
                              and all(ch.signed is not None for ch in chunks) else None)
             # two-class unit-weight sides: every table comes from the chunks and sizes
@@ -1094,9 +1097,10 @@ def sweeps_class_lanes(data: SweepData) -> bool:
 
 def _walks_class_lanes(lane_codes: bool, plan: str, field_bits: int, binary: bool,
                        loss_kind: str, n_classes: int, length: int) -> bool:
-    """Counts of 0 or 1 with `root_code` (`lane_codes`: integer counts, or float class
-    weights with `class_scale`), or integer counts of three to seven classes, on the
-    sequential plan, below the blocked sweeps' length."""
+    """Classes read from `root_code` (`lane_codes`: integer counts of 0 or 1, or float
+    class weights of three classes or more, with `class_scale` or each sample's own),
+    or integer counts of three to seven classes, on the sequential plan, below the
+    blocked sweeps' length."""
     return lane_codes or (loss_kind == "count" and not binary
                           and n_classes < CHANNELS_MAJOR_FROM_CLASSES
                           and plan == "sequential" and not field_bits
@@ -1248,9 +1252,11 @@ def _blocks(length: int, steps, limit: int, block_of):
     most `limit` positions of a walk over the first `steps` of `length` positions, in
     order (`_walk_block`; the whole order in one block up to that length), `xs =
     block_of(start, size)` the block's inputs and `count` its positions to walk. A
-    walk of one block gathers it once for all its passes."""
+    walk of one block gathers it once for all its passes. A walk stops at `length`
+    (a slice past the end would be moved back onto positions walked already)."""
     block = _walk_block(length, limit)
     once = block_of(0, block) if block == length else None
+    steps = jnp.minimum(steps, length)
 
     def over_blocks(fn, carry):
         if once is not None:
@@ -1380,19 +1386,23 @@ def _class_lane_rows(
     maxima: the scores are `_full_row`'s integers in any order. Float class weights
     with `class_scale` count samples the same way and weigh each class's count in the
     score, `max_c s_c left_c + max_c (W_c - s_c left_c)`, W the weighted class sums
-    (`root_cum`).
+    (`root_cum`). Other float class weights (`float_lanes`) add each sample's weight,
+    read from `scan` at its class, to float left sums, and score them against `root_cum`
+    likewise: both kinds of float sums are within the tolerance rule (docs/design.md,
+    "Kernels").
     """
     lay = data.layout_of[problem]  # (R,)
     dtype = data.sorted_scan.dtype
     C = data.n_classes
     # Float class weights, multiples of one weight per class: counts weighed in the
     # score. The class sums in f0's order are then `root_cum` (float weights keep every
-    # class there), so no `full_scan` is built.
+    # class there), so no `full_scan` is built; other float weights likewise.
     scale = (jnp.transpose(data.class_scale[problem])[:, None, :]  # (C, 1, R)
              if data.class_scale.size else None)
-    if scale is None:
+    floats = not jnp.issubdtype(dtype, jnp.integer)
+    if scale is None and not floats:
         _check_full_scan(data)
-    class_sums = data.full_scan if scale is None else data.root_cum
+    class_sums = data.full_scan if scale is None and not floats else data.root_cum
     # root positions compared as int16 where they fit: twice the lanes of int32
     key_dtype = jnp.int16 if data.length < 2**15 else jnp.int32
 
@@ -1400,21 +1410,30 @@ def _class_lane_rows(
         return jnp.transpose(_row_slices(data.cut_valid, (lay, f), start + 1, size))
 
     if data.root_code.size:  # counts of 0 or 1: root position and class in one read
-        def block_of(start, size):
-            ids = _row_slices(data.perm, (lay, f), start, size)  # (R, B)
-            codes = data.root_code[problem[:, None], f0[:, None], ids]
-            return jnp.transpose(codes), valid_of(start, size)
-
         label = jnp.arange(C, dtype=jnp.int32)[:, None]
         class_bits = (1 << CLASS_CODE_BITS) - 1
         key_shift = CLASS_CODE_BITS + (0 if scale is None else SCALED_COUNT_BITS)
 
+        def block_of(start, size):
+            ids = _row_slices(data.perm, (lay, f), start, size)  # (R, B)
+            codes = data.root_code[problem[:, None], f0[:, None], ids]
+            if not floats or scale is not None:
+                return jnp.transpose(codes), valid_of(start, size)
+            # the sample's weight: its class's channel of `scan` (0 with no weight)
+            weight = data.scan[problem[:, None], ids,
+                               jnp.minimum(codes & class_bits, C - 1)]
+            return jnp.transpose(codes), valid_of(start, size), jnp.transpose(weight)
+
         def sample_of(x):
-            code, ok = x
-            counts = ((code & class_bits)[None, :] == label).astype(dtype)  # (C, R)
+            code, ok = x[:2]
+            is_class = (code & class_bits)[None, :] == label  # (C, R)
             if scale is not None:  # the sample's multiple of its class's weight
                 times = (code >> CLASS_CODE_BITS) & ((1 << SCALED_COUNT_BITS) - 1)
-                counts = counts * times.astype(dtype)[None, :]
+                counts = is_class.astype(dtype) * times.astype(dtype)[None, :]
+            elif floats:  # its weight, in its class's channel
+                counts = jnp.where(is_class, x[2][None, :], jnp.zeros((), dtype))
+            else:
+                counts = is_class.astype(dtype)
             return counts, (code >> key_shift).astype(key_dtype), ok
     else:  # every class count of every position, transposed
         def block_of(start, size):
