@@ -246,6 +246,49 @@ def test_few_classes_past_the_lane_sweeps_walk_channels_major(monkeypatch, reque
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.parametrize("block", [None, 32])
+@pytest.mark.parametrize("kind", ["weighted-2", "balanced-2"])
+def test_two_class_float_weights_walk(monkeypatch, request, kind, block):
+    """Float weights of two classes (different per sample, or one per class) take the
+    two-class walk too, its sums in f's order: the losses are the reference's to
+    rounding and the channels-major walk's (which sums in the same order, scoring
+    every position) to rounding, whole or in blocks of `block` positions, walking the
+    padded length or stopping at the samples."""
+    if block is not None:
+        monkeypatch.setattr(_kernels, "TWO_CLASS_WALK_BLOCK", block)
+        jax.clear_caches()  # no walk traced with the other block size is reused
+        request.addfinalizer(jax.clear_caches)
+    if kind == "weighted-2":
+        problem = ordered_problem(3, 150, 4, "weighted-2")
+    else:  # class_weight="balanced"-like: one fractional weight per class
+        rng = np.random.default_rng(4)
+        X = np.round(rng.normal(size=(150, 4)), 1)
+        X[:, 0] = np.arange(150)
+        y = (rng.random(150) < 0.3).astype(int)
+        problem = make_problem(X, y, task="classification",
+                               sample_weight=np.array([0.7, 2.3])[y])
+    rng = np.random.default_rng(block or 5)
+    f0, f, _, _, cuts = random_rows(rng, problem, 24, 4)
+    cuts = np.clip(cuts, 0, problem.n)
+    cuts[0] = [0, 1, problem.n - 1, problem.n]  # empty and one-sample sides
+    rows = np.zeros_like(f0)
+    full = np.zeros_like(f0), np.full_like(f0, problem.n)
+    with jax.enable_x64(True):
+        data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
+        assert data.binary and not np.issubdtype(data.sorted_scan.dtype, np.integer)
+        assert _kernels.walks_two_class_rows(data) and _kernels.scans_own_length(data)
+        walked = sweep_full(data, rows, f0, f, cuts)
+        short = _kernels.sweep_full_within(data, rows, f0, f, full[1], cuts)
+        channels = jax.jit(_kernels._channels_major_full_rows)(data, rows, f0, f, cuts,
+                                                               data.length)
+    scale = float(np.abs(problem.stats).sum())
+    for got in (walked, short):
+        assert_rows_match(problem, f0, f, *full, cuts, *map(np.asarray, got))
+        for a, b in zip(got, channels):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0,
+                                       atol=1e-12 * scale)
+
+
 @pytest.mark.parametrize("classes, weight, K, n, block", [
     (3, 0, 1, 150, None), (5, 0, 4, 150, None), (12, 0, 4, 150, None),
     (5, 0, 2, 2**15 + 10, None), (5, 1, 4, 150, None), (7, 1, 1, 150, None),

@@ -775,7 +775,10 @@ def _extreme_prefix_sums(prefix: Array, valid: Array) -> tuple[Array, Array, Arr
 
 
 def _wide(dtype) -> jnp.dtype:
-    """Integer type for `2a - T` of prefix sums `a` in `dtype` (which may leave int16)."""
+    """Type for `2a - T` of prefix sums `a` in `dtype`: integers widened (`2a - T` may
+    leave int16), floats kept."""
+    if jnp.issubdtype(dtype, jnp.floating):
+        return dtype
     return jnp.int64 if dtype == jnp.int64 else jnp.int32
 
 
@@ -1000,13 +1003,13 @@ def scans_own_length(data: SweepData) -> bool:
 
 
 def walks_two_class_rows(data: SweepData) -> bool:
-    """Whether `sweep_full` takes `_two_class_walked_rows`: integer two-class counts on
-    the sequential plan, below the blocked sweeps' length (past it, the channels-major
-    walk). The vmapped `_binary_full_row` serves the parallel plan: measured on a CPU
-    at depth 2, with the walk's inputs gathered in blocks, it took 1.1-1.7x the walk's
-    time (eeg, htru, magic, rice, occupancy; the smallest sets alike)."""
+    """Whether `sweep_full` takes `_two_class_walked_rows`: two-class counts or float
+    weights on the sequential plan, below the blocked sweeps' length (past it, the
+    channels-major walk). The vmapped `_binary_full_row` serves the parallel plan:
+    measured on a CPU at depth 2, with the walk's inputs gathered in blocks, it took
+    1.1-1.7x the walk's time (eeg, htru, magic, rice, occupancy; the smallest sets
+    alike)."""
     return (data.binary and data.plan == "sequential" and not data.field_bits
-            and jnp.issubdtype(data.sorted_scan.dtype, jnp.integer)
             and data.length < BLOCKED_FROM)
 
 
@@ -1308,8 +1311,11 @@ def _two_class_walked_rows(
     sums are stored, and a call's walk stops after its longest row (compacted sides of
     different sizes, `sweep_full_within`). Invalid positions leave the extremes as
     they are, which start at 0, the empty prefix. Integer sums: the same numbers as
-    `_binary_full_row` in any order (`tests/test_kernel_order.py`). Each step is a
-    dozen element-wise operations over the lanes, so a call takes many rows
+    `_binary_full_row` in any order (`tests/test_kernel_order.py`). Float signed
+    weights: every sum is added in f's order, the set's total too (the running sum
+    at the walk's end), as the channels-major walk adds them; the score `max(|T|, 2
+    top - T, T - 2 bottom)` equals the best `|a| + |T - a|` up to rounding. Each step
+    is a dozen element-wise operations over the lanes, so a call takes many rows
     (TWO_CLASS_WALK_ROWS, `_device/runner.py`).
     """
     dtype = data.sorted_scan.dtype

@@ -58,6 +58,10 @@ BIG_CHUNK_FACTOR = 4
 # cut-element, at 64 rows 1.8 and at 256 rows 1.1-1.3 (n = 1,024 to 8,192); 128 and
 # 512 were no faster at depth 2 or 3.
 TWO_CLASS_WALK_ROWS = 256
+# The same for float weights, whose float64 lanes are two to four times as wide: at
+# 256 rows a call, random weights at depth 3 took 1.3x the time of 128 on occupancy
+# and wilt (rice 1.0x); 64 was no faster than 128.
+TWO_CLASS_FLOAT_WALK_ROWS = 128
 # Rows per class-lane call of compacted subsets of fewer than CHANNELS_MAJOR_FROM_CLASSES
 # classes, with more rows than this: measured at depth 3 against CLASS_LANE_ROWS (64),
 # fault 20% and segment 10% less time, bean 6%, page 3%, and 12 classes 3% more; 256
@@ -430,8 +434,9 @@ class KernelRunner:
         if name == "full" and walks_two_class_rows(self.data):
             # a step's fixed cost is shared by all of a call's rows: as few calls as
             # leave every thread one
-            return min(TWO_CLASS_WALK_ROWS, max(TWO_CLASS_WALK_ROWS // 4,
-                                                pow2_at_least(-(-rows // THREADS))))
+            most = (TWO_CLASS_WALK_ROWS if np.issubdtype(self.data.sorted_scan.dtype, np.integer)
+                    else TWO_CLASS_FLOAT_WALK_ROWS)
+            return min(most, max(most // 4, pow2_at_least(-(-rows // THREADS))))
         # class-ordered sweeps carry one count per (row, cut), whatever the classes
         channels = 1 if uses_class_order(self.data) else int(self.data.sorted_scan.shape[-1])
         per_row = cuts * (length + 1) * channels
