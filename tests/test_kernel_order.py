@@ -379,6 +379,33 @@ def test_class_weights_sweep_as_weighed_counts(monkeypatch, request, classes, K,
     assert_rows_match(varied, f0, f, *full, cuts, *map(np.asarray, floats_short))
 
 
+@pytest.mark.parametrize("classes", [12, 16])
+def test_float_lanes_stop_at_their_class_count(classes):
+    """Per-sample float weights take the class lanes up to FLOAT_LANES_MAX_CLASSES
+    classes and the channels-major walk past it; one weight per class takes the lanes
+    (counted and weighed) at any count they hold. Both sweep the reference's losses."""
+    rng = np.random.default_rng(classes)
+    n = 200
+    X = np.round(rng.normal(size=(n, 3)), 1)
+    y = rng.integers(0, classes, n)
+    varied = make_problem(X, y, task="classification",
+                          sample_weight=rng.uniform(0.5, 1.5, n))
+    per_class = make_problem(X, y, task="classification",
+                             sample_weight=rng.uniform(0.5, 1.5, classes)[y])
+    f0, f, lo, hi, cuts = random_rows(rng, varied, 12, 4)
+    cuts = np.clip(cuts, 0, n)
+    rows = np.zeros_like(f0)
+    full = np.zeros_like(lo), np.full_like(hi, n)
+    with jax.enable_x64(True):
+        for problem, lanes in ((varied, classes <= _kernels.FLOAT_LANES_MAX_CLASSES),
+                               (per_class, True)):
+            data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
+            assert _kernels.sweeps_class_lanes(data) == lanes
+            assert lanes or _kernels.sweeps_channels_major(data)
+            got = sweep_full(data, rows, f0, f, cuts)
+            assert_rows_match(problem, f0, f, *full, cuts, *map(np.asarray, got))
+
+
 def sweep_many_classes(classes: int, weight: int, seed: int) -> SweepData:
     """Full sweeps of random rows of a 300-sample problem of `classes` classes (integer
     weights 1 or 2 times `weight`, or none) checked against the reference; its data."""

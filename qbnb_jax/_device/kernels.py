@@ -237,7 +237,8 @@ class SweepData(eqx.Module):
         # float class weights: one class per sample, whose weight the lanes read
         # from `scan` where they are no multiples of one weight per class (`scales`)
         lane_codes = lanes_serve and (
-            first.loss_kind == "weighted"
+            first.loss_kind == "weighted" and (scales is not None
+                                               or first.n_channels <= FLOAT_LANES_MAX_CLASSES)
             or (first.loss_kind == "count"
                 and all(pr.stats.max(initial=0) <= 1 for pr in problems)))
         if stat_tables is not None:
@@ -563,6 +564,11 @@ def count_dtype(total: int, wider=np.int32):
     return np.int16 if total < 2**15 else wider
 
 
+# Float class weights that are no multiples of one weight per class take the class
+# lanes up to this many classes, the channels-major walk past it: random weights at
+# depth 2 (n = 8,000, p = 8) ran 1.0-1.1x faster in the lanes at 10 and 12 classes,
+# 1.1-1.5x slower at 14 and 2x slower at 16 to 30 (synth-class30 0.23 against 0.16-0.20 s).
+FLOAT_LANES_MAX_CLASSES = 12
 CLASS_CODE_BITS = 5  # `root_code`: the class in the low bits; 31 marks no weight
 CLASS_CODE_NONE = (1 << CLASS_CODE_BITS) - 1  # so `root_code` holds fewer classes
 # Weighed class lanes (`class_scale`): a sample's multiple of its class's weight in the
@@ -1101,7 +1107,8 @@ def sweeps_class_lanes(data: SweepData) -> bool:
 def _walks_class_lanes(lane_codes: bool, plan: str, field_bits: int, binary: bool,
                        loss_kind: str, n_classes: int, length: int) -> bool:
     """Classes read from `root_code` (`lane_codes`: integer counts of 0 or 1, or float
-    class weights of three classes or more, with `class_scale` or each sample's own),
+    class weights of three classes or more, with `class_scale`, or each sample's own up
+    to FLOAT_LANES_MAX_CLASSES),
     or integer counts of three to seven classes, on the sequential plan, below the
     blocked sweeps' length."""
     return lane_codes or (loss_kind == "count" and not binary
