@@ -116,6 +116,21 @@ def random_rows(rng, problem, rows: int, K: int):
     return f0, f, lo, hi, cuts.astype(np.int32)
 
 
+def use_block(monkeypatch, request, name: str, block: int) -> None:
+    """Set a block size that the walks read when traced, and drop the traces made with
+    the other one: `sweep_full`'s and `sweep_full_within`'s, before the test and after
+    it (the tests' own jits of a kernel wrap a fresh `functools.partial`, which is
+    traced anew). Clearing only these keeps every other compiled kernel."""
+    monkeypatch.setattr(_kernels, name, block)
+
+    def drop() -> None:
+        sweep_full.clear_cache()
+        _kernels.sweep_full_within.clear_cache()
+
+    drop()
+    request.addfinalizer(drop)
+
+
 def assert_rows_match(problem, f0, f, lo, hi, cuts, got_pre, got_suf):
     tol = 1e-9 * max(1.0, float(np.abs(problem.stats).sum()))
     for r in range(len(f0)):
@@ -150,9 +165,7 @@ def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, request, kind, b
     many positions at a time (here five blocks, the last one cut short by the walk's
     end), as it does past WALK_BLOCK samples."""
     if block is not None:
-        monkeypatch.setattr(_kernels, "WALK_BLOCK", block)
-        jax.clear_caches()  # no walk traced with the other block size is reused
-        request.addfinalizer(jax.clear_caches)
+        use_block(monkeypatch, request, "WALK_BLOCK", block)
     problem = ordered_problem(5, 150, 4, kind)
     rng = np.random.default_rng(6)
     f0, f, _, _, cuts = random_rows(rng, problem, 16, 4)
@@ -163,13 +176,13 @@ def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, request, kind, b
     with jax.enable_x64(True):
         data = dataclasses.replace(SweepData.from_problem(problem), plan="sequential")
         per_row = jax.jit(jax.vmap(functools.partial(_kernels._full_row, data)))
-        channels_major = jax.jit(_kernels._channels_major_full_rows,
+        channels_major = jax.jit(functools.partial(_kernels._channels_major_full_rows),
                                  static_argnames="steps")
         want = per_row(rows, f0, f, cuts)
         got = channels_major(data, rows, f0, f, cuts, steps=data.length)
         # a walk that stops after the samples (a traced count) changes no number
-        short = jax.jit(_kernels._channels_major_full_rows)(data, rows, f0, f, cuts,
-                                                            np.int32(problem.n))
+        short = jax.jit(functools.partial(_kernels._channels_major_full_rows))(
+            data, rows, f0, f, cuts, np.int32(problem.n))
     assert data.length > problem.n
     for a, b in zip(short, got):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -192,9 +205,7 @@ def test_two_class_walk_equals_the_row_sweep(monkeypatch, request, seed, block):
     ties leave most positions of the other features invalid. Early stops at subsets'
     own lengths: `test_subsets_rows_walk_their_own_length`."""
     if block is not None:
-        monkeypatch.setattr(_kernels, "TWO_CLASS_WALK_BLOCK", block)
-        jax.clear_caches()  # no walk traced with the other block size is reused
-        request.addfinalizer(jax.clear_caches)
+        use_block(monkeypatch, request, "TWO_CLASS_WALK_BLOCK", block)
     problem = ordered_problem(seed, 150, 4, "two-class")
     rng = np.random.default_rng(seed + 20)
     f0, f, _, _, cuts = random_rows(rng, problem, 24, 4)
@@ -206,7 +217,7 @@ def test_two_class_walk_equals_the_row_sweep(monkeypatch, request, seed, block):
         assert _kernels.walks_two_class_rows(data) and data.length > problem.n
         want = jax.jit(jax.vmap(functools.partial(_kernels._binary_full_row, data)))(
             rows, f0, f, cuts)
-        walk = jax.jit(_kernels._two_class_walked_rows)
+        walk = jax.jit(functools.partial(_kernels._two_class_walked_rows))
         for steps in (data.length, problem.n):
             got = walk(data, rows, f0, f, cuts, np.int32(steps))
             for a, b in zip(got, want):
@@ -255,9 +266,7 @@ def test_two_class_float_weights_walk(monkeypatch, request, kind, block):
     every position) to rounding, whole or in blocks of `block` positions, walking the
     padded length or stopping at the samples."""
     if block is not None:
-        monkeypatch.setattr(_kernels, "TWO_CLASS_WALK_BLOCK", block)
-        jax.clear_caches()  # no walk traced with the other block size is reused
-        request.addfinalizer(jax.clear_caches)
+        use_block(monkeypatch, request, "TWO_CLASS_WALK_BLOCK", block)
     if kind == "weighted-2":
         problem = ordered_problem(3, 150, 4, "weighted-2")
     else:  # class_weight="balanced"-like: one fractional weight per class
@@ -303,9 +312,7 @@ def test_class_lane_sweep_equals_the_row_sweep(monkeypatch, request, classes, we
     time (here five blocks, the last cut short where the walk stops at the samples)
     rather than CLASS_LANE_BLOCK."""
     if block is not None:
-        monkeypatch.setattr(_kernels, "CLASS_LANE_BLOCK", block)
-        jax.clear_caches()  # no walk traced with the other block size is reused
-        request.addfinalizer(jax.clear_caches)
+        use_block(monkeypatch, request, "CLASS_LANE_BLOCK", block)
     rng = np.random.default_rng(classes + K)
     X = np.round(rng.normal(size=(n, 4)), 1)
     X[:, 0] = np.arange(n)
@@ -341,9 +348,7 @@ def test_class_weights_sweep_as_weighed_counts(monkeypatch, request, classes, K,
     weight added to float sums. The losses are the reference's to rounding. `block`:
     the lanes' inputs gathered that many positions at a time."""
     if block is not None:
-        monkeypatch.setattr(_kernels, "CLASS_LANE_BLOCK", block)
-        jax.clear_caches()  # no walk traced with the other block size is reused
-        request.addfinalizer(jax.clear_caches)
+        use_block(monkeypatch, request, "CLASS_LANE_BLOCK", block)
     rng = np.random.default_rng(classes * K + times)
     X = np.round(rng.normal(size=(n, 4)), 1)
     X[:, 0] = np.arange(n)
