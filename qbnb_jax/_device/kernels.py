@@ -1108,9 +1108,8 @@ def _walks_class_lanes(lane_codes: bool, plan: str, field_bits: int, binary: boo
                        loss_kind: str, n_classes: int, length: int) -> bool:
     """Classes read from `root_code` (`lane_codes`: integer counts of 0 or 1, or float
     class weights of three classes or more, with `class_scale`, or each sample's own up
-    to FLOAT_LANES_MAX_CLASSES),
-    or integer counts of three to seven classes, on the sequential plan, below the
-    blocked sweeps' length."""
+    to FLOAT_LANES_MAX_CLASSES), or integer counts of three to seven classes, on the
+    sequential plan, below the blocked sweeps' length."""
     return lane_codes or (loss_kind == "count" and not binary
                           and n_classes < CHANNELS_MAJOR_FROM_CLASSES
                           and plan == "sequential" and not field_bits
@@ -1399,11 +1398,11 @@ def _class_lane_rows(
     maxima: the scores are `_full_row`'s integers in any order. Float class weights
     with `class_scale` count samples the same way and weigh each class's count in the
     score, `max_c s_c left_c + max_c (W_c - s_c left_c)`, W the weighted class sums
-    (`root_cum`). Other float class weights (`float_lanes`) add each sample's weight,
-    read from `scan` at its class, to float left sums, and score them against `root_cum`
-    likewise: both kinds of float sums are within the tolerance rule (docs/design.md,
-    "Kernels").
-    """
+    (`root_cum`). Other float class weights (up to FLOAT_LANES_MAX_CLASSES classes) add
+    each sample's weight, read from `scan` at its class, to float left sums, and score
+    them against `root_cum` likewise: both kinds of float sums are within the tolerance
+    rule (docs/design.md, "Kernels"). The inputs are gathered CLASS_LANE_BLOCK
+    positions at a time."""
     lay = data.layout_of[problem]  # (R,)
     dtype = data.sorted_scan.dtype
     C = data.n_classes
@@ -1418,24 +1417,23 @@ def _class_lane_rows(
     class_sums = data.full_scan if scale is None and not floats else data.root_cum
     # root positions compared as int16 where they fit: twice the lanes of int32
     key_dtype = jnp.int16 if data.length < 2**15 else jnp.int32
-
-    def valid_of(start, size):  # (B, R)
-        return jnp.transpose(_row_slices(data.cut_valid, (lay, f), start + 1, size))
-
     if data.root_code.size:  # counts of 0 or 1: root position and class in one read
         label = jnp.arange(C, dtype=jnp.int32)[:, None]
         class_bits = (1 << CLASS_CODE_BITS) - 1
         key_shift = CLASS_CODE_BITS + (0 if scale is None else SCALED_COUNT_BITS)
 
-        def block_of(start, size):
+        def block_of(start, size):  # lanes last: (codes, valid, weights) (B, R)
             ids = _row_slices(data.perm, (lay, f), start, size)  # (R, B)
             codes = data.root_code[problem[:, None], f0[:, None], ids]
+            valid = _row_slices(data.cut_valid, (lay, f), start + 1, size)
             if not floats or scale is not None:
-                return jnp.transpose(codes), valid_of(start, size)
+                return jnp.transpose(codes), jnp.transpose(valid)
             # the sample's weight: its class's channel of `scan` (0 with no weight)
             weight = data.scan[problem[:, None], ids,
                                jnp.minimum(codes & class_bits, C - 1)]
-            return jnp.transpose(codes), valid_of(start, size), jnp.transpose(weight)
+            return jnp.transpose(codes), jnp.transpose(valid), jnp.transpose(weight)
+
+        over_blocks = _blocks(data.length, steps, CLASS_LANE_BLOCK, block_of)
 
         def sample_of(x):
             code, ok = x[:2]
@@ -1449,12 +1447,11 @@ def _class_lane_rows(
                 counts = is_class.astype(dtype)
             return counts, (code >> key_shift).astype(key_dtype), ok
     else:  # every class count of every position, transposed
-        def block_of(start, size):
-            ids = _row_slices(data.perm, (lay, f), start, size)  # (R, B)
-            key = data.rank[lay[:, None], f0[:, None], ids].astype(key_dtype)
-            values = _row_slices(data.sorted_scan, (problem, f), start, size)  # (R, B, C)
-            return (jnp.transpose(values, (1, 2, 0)), jnp.transpose(key),
-                    valid_of(start, size))
+        rows = _row_blocks(data, problem, f0, f, steps, CLASS_LANE_BLOCK)
+
+        def over_blocks(fn, carry):  # root positions in `key_dtype`, a block at a time
+            return rows(lambda xs, count, c: fn((xs[0], xs[1].astype(key_dtype), xs[2]),
+                                                count, c), carry)
 
         def sample_of(x):
             return x
@@ -1492,7 +1489,7 @@ def _class_lane_rows(
     empty = jnp.zeros_like(pre_scan)
     start = (empty, jnp.zeros((C, cuts.shape[0]), dtype), score(empty, pre_scan),
              score(empty, suf_scan))
-    _, _, prefix, suffix = _blocks(data.length, steps, CLASS_LANE_BLOCK, block_of)(
+    _, _, prefix, suffix = over_blocks(
         lambda xs, count, carry: _walk(step, carry, xs, count), start)
     pre_tot = data.root_cum[problem[:, None], f0[:, None], cuts]  # (R, K, 1)
     suf_tot = data.root_cum[problem, f0, -1][:, None] - pre_tot
