@@ -132,7 +132,10 @@ def test_root_feature_groups_take_plans_of_their_own(monkeypatch):
         monkeypatch.setattr(runner, "_run_grid", lambda plan, *a: seen.append(
             plan.lane_cuts.shape[1:3]) or KernelRunner._run_grid(runner, plan, *a))
         got = runner.full(f0, f, cuts, problem=problem)
-        want = sweep_full(data, *(a.astype(np.int32) for a in (problem, f0, f, cuts)))
+        # bootstrap counts: exact weights, whose rows read their set sums
+        assert np.asarray(data.exact_weights)[:64].all()
+        want = sweep_full(data, *(a.astype(np.int32) for a in (problem, f0, f, cuts)),
+                          root_totals=True)
     assert sorted(seen) == [(1, 4), (1, 16)]  # (slots, width) of each plan
     np.testing.assert_array_equal(got[0], np.asarray(want[0]))
     np.testing.assert_array_equal(got[1], np.asarray(want[1]))

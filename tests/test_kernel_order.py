@@ -28,13 +28,14 @@ import pytest
 from qbnb_jax._device import kernels as _kernels
 from qbnb_jax._device.kernels import (
     SweepData,
+    exact_weight_sums,
     sweep_full,
     sweep_gathered,
     sweep_grid,
     sweep_windowed,
 )
 from qbnb_jax._device.limits import limit_data, sweep_limited
-from qbnb_jax._device.runner import SSE_GRID_COMPILER_OPTIONS
+from qbnb_jax._device.runner import SSE_GRID_COMPILER_OPTIONS, KernelRunner
 from qbnb_jax._problem.data import as_targets, make_problem, reweighted_samples
 from qbnb_jax._problem.leaf_limits import LeafLimits
 
@@ -192,6 +193,86 @@ def test_channels_major_sweep_equals_the_row_sweep(monkeypatch, request, kind, b
                                        atol=1e-13 * float(problem.stats[:, -1].sum()))
         else:
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_exact_weight_sums():
+    """Weights whose every sum is exact in any order: integers, and whole multiples of
+    a power of two, below 2^52 of it in all; not decimals, nor totals past that."""
+    assert exact_weight_sums(np.ones(5))
+    assert exact_weight_sums(np.array([1.0, 3.0, 0.0]) * 2.0**-40)
+    assert exact_weight_sums(np.array([0.5, 0.25, 3.0]))
+    assert exact_weight_sums(np.array([2.0**51, 1.0]))
+    assert not exact_weight_sums(np.array([0.1, 0.2]))
+    assert not exact_weight_sums(np.array([2.0**52, 1.0]))
+    assert not exact_weight_sums(np.array([2.0**60, 1.0]))
+
+
+def weighted_regression(kind: str, weights: str, n: int = 150, p: int = 4):
+    """`ordered_problem`'s regression data under exact or fractional weights."""
+    base = ordered_problem(5, n, p, kind)
+    rng = np.random.default_rng(7)
+    counts = rng.integers(1, 4, n).astype(float)
+    w = {"unit": None, "counts": counts, "scaled": counts * 2.0**-30,
+         "fractional": rng.uniform(0.1, 2.0, n)}[weights]
+    return make_problem(base.X, base.y, task="regression", sample_weight=w)
+
+
+@pytest.mark.parametrize("block", [None, 32])
+@pytest.mark.parametrize("kind, weights", [("sse", "unit"), ("sse-2", "unit"),
+                                           ("sse", "counts"), ("sse-2", "scaled")])
+def test_exact_weights_read_their_set_sums(monkeypatch, request, kind, weights, block):
+    """Regression rows of exact weights take their prefix sets' sums from `full_scan`
+    in f0's order (`root_totals`) instead of a first pass: the reference's losses,
+    and the first pass's to rounding. A row's numbers do not depend on the rows
+    beside it in its call (each row alone, or all in one call; where the sums were
+    gathered into the final loss's fusion, XLA contracted `S1^2 + gain` into one
+    rounding only at some shapes). `block`: the walk in blocks of 32 positions."""
+    if block is not None:
+        use_block(monkeypatch, request, "WALK_BLOCK", block)
+    problem = weighted_regression(kind, weights)
+    rng = np.random.default_rng(8)
+    f0, f, _, _, cuts = random_rows(rng, problem, 16, 4)
+    cuts = np.clip(cuts, 0, problem.n)
+    cuts[0] = [0, 1, problem.n - 1, problem.n]  # empty and one-sample sides
+    rows = np.zeros_like(f0)
+    with jax.enable_x64(True):
+        data = SweepData.from_problem(problem)
+        assert bool(np.asarray(data.exact_weights)[0])
+        got = [np.asarray(a) for a in sweep_full(data, rows, f0, f, cuts, root_totals=True)]
+        walked = [np.asarray(a) for a in sweep_full(data, rows, f0, f, cuts)]
+        alone = [[np.asarray(a) for a in sweep_full(data, rows[r:r + 1], f0[r:r + 1],
+                                                     f[r:r + 1], cuts[r:r + 1],
+                                                     root_totals=True)]
+                 for r in range(len(f0))]
+    assert_rows_match(problem, f0, f, np.zeros_like(f0), np.full_like(f0, problem.n), cuts,
+                      *got)
+    scale = float(problem.stats[:, -1].sum())
+    for a, b in zip(got, walked):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13 * scale)
+    for r, (pre, suf) in enumerate(alone):
+        np.testing.assert_array_equal(pre[0], got[0][r])
+        np.testing.assert_array_equal(suf[0], got[1][r])
+
+
+def test_rows_take_their_own_problems_kind_of_sums():
+    """Rows of problems of exact and of fractional weights in one request: each row
+    gets its own problem's kernel (`KernelRunner._exact_rows`), bit for bit, so a
+    problem's numbers do not depend on the problems it is batched with."""
+    problems = [weighted_regression("sse", w) for w in ("counts", "fractional")]
+    rng = np.random.default_rng(9)
+    f0, f, _, _, cuts = random_rows(rng, problems[0], 24, 4)
+    cuts = np.clip(cuts, 0, problems[0].n)
+    problem = np.tile(np.array([0, 1], np.int32), 12)
+    with jax.enable_x64(True):
+        data = SweepData.from_problems(problems, problems, [0, 1])
+        assert np.asarray(data.exact_weights)[:2].tolist() == [True, False]
+        got = KernelRunner(problems[0], data).full(f0, f, cuts, problem=problem)
+        for q, root in ((0, True), (1, False)):
+            mine = problem == q
+            want = sweep_full(data, problem[mine], f0[mine], f[mine], cuts[mine],
+                              root_totals=root)
+            np.testing.assert_array_equal(got[0][mine], np.asarray(want[0]))
+            np.testing.assert_array_equal(got[1][mine], np.asarray(want[1]))
 
 
 @pytest.mark.parametrize("block", [None, 32])
@@ -538,15 +619,17 @@ def test_sweep_grid_equals_reference(n, scale):
                     assert (pre[c, s, k, q], suf[c, s, k, q]) == want, (q, s, c, k)
 
 
+@pytest.mark.parametrize("root_totals", [False, True])
 @pytest.mark.parametrize("targets, n, feature", [
     (1, 3, (1, 0, 2)), (1, 70, (1, 0, 2)), (2, 70, (1, 0, 2)), (3, 41, (1, 0, 2)),
     # one feature: steps of several samples (`_sse_chunked`); distinct values, runs
     # of ties longer than a step, and fewer samples than a step
     (1, 70, (0,)), (2, 41, (2,)), (1, 3, (1,))])
-def test_sse_grid_equals_sweep_full_bitwise(targets, n, feature):
+def test_sse_grid_equals_sweep_full_bitwise(targets, n, feature, root_totals):
     """Regression lanes: the same floats `sweep_full` forms for each lane's rows (zero
     weights, tied values, so invalid positions; sums that depend on their order), each
-    compiled as the runner compiles it (the lanes for wide vectors on a CPU)."""
+    compiled as the runner compiles it (the lanes for wide vectors on a CPU); with
+    `root_totals`, the lanes and rows that read their set sums (exact weights)."""
     rng = np.random.default_rng(10 * n + targets)
     X = np.round(rng.normal(size=(n, 3)), 1)
     X[:, 0] = np.arange(n)
@@ -568,14 +651,19 @@ def test_sse_grid_equals_sweep_full_bitwise(targets, n, feature):
         assert data.grid_scan.ndim == 4 and _kernels.sweeps_channels_major(data)
         grid_args = (data, np.int32(0), slot_f0, feature, cuts)
         grid_options = SSE_GRID_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
-        lanes = sweep_grid.lower(*grid_args).compile(compiler_options=grid_options)
+        lanes = sweep_grid.lower(*grid_args, root_totals=root_totals).compile(
+            compiler_options=grid_options)
         pre, suf = (np.asarray(a) for a in lanes(*grid_args))
+        exact = np.asarray(data.exact_weights)
         for q in range(P):
+            if root_totals and not exact[q]:
+                continue  # fractional weights: never swept so
             for s in range(S):
                 rows = len(feature)
                 want_pre, want_suf = (np.asarray(a) for a in sweep_full(
                     data, np.full(rows, q, np.int32), np.full(rows, slot_f0[s], np.int32),
-                    feature, np.repeat(cuts[s, :, q][None], rows, axis=0)))
+                    feature, np.repeat(cuts[s, :, q][None], rows, axis=0),
+                    root_totals=root_totals))
                 assert np.array_equal(pre[:, s, :, q], want_pre), (q, s)
                 assert np.array_equal(suf[:, s, :, q], want_suf), (q, s)
 

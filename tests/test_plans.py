@@ -2,7 +2,9 @@
 
 The parallel plan is what an accelerator runs; forcing it here (QBNB_JAX_PLAN) tests
 its kernels on a CPU. Integer objectives must be equal, regression ones equal to
-rounding, and the trees the same.
+rounding, and the trees the same, except that of regression trees whose objectives
+tie (two splits that part the weighted samples alike) either may come back: the plans
+form the float sums in other orders, and a tie is broken by the computed losses.
 """
 
 from __future__ import annotations
@@ -34,8 +36,12 @@ def assert_same_result(a, b, task: str):
         assert a.objective == b.objective
     else:
         assert a.objective == pytest.approx(b.objective, rel=1e-9, abs=1e-12)
-    np.testing.assert_array_equal(a.tree.feature, b.tree.feature)
-    np.testing.assert_array_equal(a.tree.threshold, b.tree.threshold)
+    same = (np.array_equal(a.tree.feature, b.tree.feature)
+            and np.array_equal(a.tree.threshold, b.tree.threshold, equal_nan=True))
+    # a regression tie: the host's objectives of both trees (summed in sample order)
+    # equal to the last bits
+    assert same or (task == "regression" and a.objective == pytest.approx(b.objective,
+                                                                          rel=1e-14))
 
 
 @pytest.mark.parametrize("task", ["classification", "regression"])

@@ -98,6 +98,11 @@ class SweepData(eqx.Module):
     - `class_scale`: `(P, C)`, each problem's weight of a sample of each class: the
       class lanes count samples and score `scale_c count_c`; empty `(0, 0)` otherwise
       (`class_scales`).
+    - `exact_weights`: `(P,)`, regression problems whose weights sum exactly in any
+      order (`exact_weight_sums`): their sweeps read the prefix sets' totals from
+      `full_scan` in f0's order instead of summing them in a first pass
+      (`_root_totals`). Which of the two a problem's sweeps take depends on it alone:
+      the runner sends its rows to the kernel compiled for it (`root_totals`).
     """
 
     cut_valid: Bool[Array, "L p n1"]
@@ -116,6 +121,7 @@ class SweepData(eqx.Module):
     class_place: Int[Array, "P p n"]
     root_code: Int[Array, "P p n"]
     class_scale: Shaped[Array, "P C"]
+    exact_weights: Bool[Array, " P"]
     loss_kind: LossKind = eqx.field(static=True)
     binary: bool = eqx.field(static=True)
     field_bits: int = eqx.field(static=True, default=0)  # > 0: class counts bit-packed
@@ -241,6 +247,9 @@ class SweepData(eqx.Module):
                                                or first.n_channels <= FLOAT_LANES_MAX_CLASSES)
             or (first.loss_kind == "count"
                 and all(pr.stats.max(initial=0) <= 1 for pr in problems)))
+        exact = np.zeros(bucket, bool)
+        if first.loss_kind == "sse":
+            exact[:count] = [exact_weight_sums(pr.stats[:, 0]) for pr in problems]
         if stat_tables is not None:
             tables = dict(stat_tables)
         else:
@@ -253,7 +262,8 @@ class SweepData(eqx.Module):
                           and first.n_channels <= GRID_MAX_CLASSES and L == 1 and count > 1)
             full_sums = (not _walks_channels_major(*settings) or count_grid
                          or _walks_class_lanes(lane_codes, *settings)
-                         and first.loss_kind == "count")
+                         and first.loss_kind == "count"
+                         or bool(exact.any()))
             signed_chunks = (chunks if binary and chunks is not None
                              and all(ch.signed is not None for ch in chunks) else None)
             # two-class unit-weight sides: every table comes from the chunks and sizes
@@ -287,7 +297,7 @@ class SweepData(eqx.Module):
         # One transfer for all arrays: each separate device_put costs ~0.2 ms.
         arrays = jax.device_put(dict(cut_valid=cut_valid,
                                      perm=perm, rank=rank, value_rank=value_rank,
-                                     layout_of=layout_of, **tables))
+                                     layout_of=layout_of, exact_weights=exact, **tables))
         return SweepData(
             **arrays,
             loss_kind=first.loss_kind,
@@ -630,6 +640,21 @@ def class_scales(stats: list[np.ndarray]
     return scales, multiples
 
 
+def exact_weight_sums(weights: np.ndarray) -> bool:
+    """Whether every sum of these non-negative float `weights`, in any order, is exact:
+    all are whole multiples of the smallest power of two among their lowest set bits,
+    and their total is below 2^52 of those units (integer weights, and such weights
+    times the search's power-of-two unit, `scaling.sse_setup`)."""
+    positive = weights[weights > 0]
+    if len(positive) == 0:
+        return True
+    mantissa, exponent = np.frexp(positive)
+    whole = (mantissa * 2.0**53).astype(np.int64)  # exact: 53-bit mantissas
+    lowest = exponent - 53 + np.frexp((whole & -whole).astype(np.float64))[1] - 1
+    unit = int(lowest.min())
+    return float(np.ldexp(positive, -unit).sum()) < 2.0**52
+
+
 def packing_bits(total: int) -> int:
     """Field width for packed class counts whose sums stay below `total`."""
     return next(b for b in (16, 21, 32) if total < 2 ** (b - 1))
@@ -956,13 +981,14 @@ def _gathered_row(
     return _window_losses(data, i, f0, lo, hi, cuts, left, base, valid)
 
 
-@jax.jit
+@functools.partial(jax.jit, static_argnames=("root_totals",))
 def sweep_full(
     data: SweepData,
     problem: Int[Array, " rows"],
     f0: Int[Array, " rows"],
     f: Int[Array, " rows"],
     cuts: Int[Array, "rows K"],
+    root_totals: bool = False,
 ) -> tuple[Shaped[Array, "rows K"], Shaped[Array, "rows K"]]:
     """Best stumps on feature `f` of the prefix and suffix of f0's order at each cut.
 
@@ -972,17 +998,19 @@ def sweep_full(
     - `problem`: which problem each row belongs to.
     - `f0`, `f`: root feature and stump feature per row.
     - `cuts`: positions in f0's order (number of samples sent left).
+    - `root_totals`: the rows' problems have exact weights (regression on the
+      channels-major walk, `SweepData.exact_weights`): set sums read, not summed.
 
     **Returns:** `(prefix, suffix)`, each `(rows, K)`: `L1(prefix_c, f)`, `L1(suffix_c, f)`.
     """
     if uses_class_order(data):
         return _class_order_rows(data, problem, f0, f, jnp.zeros_like(f0), None, cuts)
     if scans_own_length(data):
-        return _walked_rows(data, problem, f0, f, cuts, data.length)
+        return _walked_rows(data, problem, f0, f, cuts, data.length, root_totals)
     return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
 
 
-@jax.jit
+@functools.partial(jax.jit, static_argnames=("root_totals",))
 def sweep_full_within(
     data: SweepData,
     problem: Int[Array, " rows"],
@@ -990,13 +1018,14 @@ def sweep_full_within(
     f: Int[Array, " rows"],
     length: Int[Array, " rows"],
     cuts: Int[Array, "rows K"],
+    root_totals: bool = False,
 ) -> tuple[Shaped[Array, "rows K"], Shaped[Array, "rows K"]]:
     """`sweep_full` for data that `scans_own_length`, of rows whose problems have
     `length` samples (0 for padding rows): the walk over positions stops after the
     longest. Padding samples come after every real one in every order, add exact
     zeros and are never valid positions, so the numbers are `sweep_full`'s; the count
     is traced, so one compiled loop serves every length."""
-    return _walked_rows(data, problem, f0, f, cuts, jnp.max(length))
+    return _walked_rows(data, problem, f0, f, cuts, jnp.max(length), root_totals)
 
 
 def scans_own_length(data: SweepData) -> bool:
@@ -1019,13 +1048,14 @@ def walks_two_class_rows(data: SweepData) -> bool:
             and data.length < BLOCKED_FROM)
 
 
-def _walked_rows(data: SweepData, problem, f0, f, cuts, steps) -> tuple[Array, Array]:
+def _walked_rows(data: SweepData, problem, f0, f, cuts, steps, root_totals: bool = False
+                 ) -> tuple[Array, Array]:
     """The row sweep that walks the first `steps` positions one by one."""
     if sweeps_class_lanes(data):
         return _class_lane_rows(data, problem, f0, f, cuts, steps)
     if walks_two_class_rows(data):
         return _two_class_walked_rows(data, problem, f0, f, cuts, steps)
-    return _channels_major_full_rows(data, problem, f0, f, cuts, steps)
+    return _channels_major_full_rows(data, problem, f0, f, cuts, steps, root_totals)
 
 
 def _walk(step, carry, xs, steps):
@@ -1140,12 +1170,19 @@ def _sse_gain(part, total) -> Array:
 
 def _sse_loss(squares, sums, gain) -> Array:
     """Best stump loss `S2 - (|S1|^2 + gain) / S0` of sets with summed squares `squares`,
-    channels-first sums `sums` [S0, S1_1..S1_T] and best split `gain` (`_sse_gain`)."""
+    channels-first sums `sums` [S0, S1_1..S1_T] and best split `gain` (`_sse_gain`),
+    as `S2 - (sum_t S1_t^2 / S0 + gain / S0)`: no product feeds a sum. XLA's CPU code
+    contracts a product and the sum it feeds into one rounding (FMA) or not depending
+    on how a fusion is compiled for its shapes: `S1^2 + gain` gave a row other last
+    bits in a call of one row than in a call of 24, where its sums were gathered in
+    the fusion (`_root_totals`)."""
     s0 = sums[0]
-    top = sums[1] ** 2
-    for c in range(2, len(sums)):
-        top = top + sums[c] ** 2
-    return squares - jnp.where(s0 > 0, (top + gain) / jnp.where(s0 > 0, s0, 1), 0)
+    positive = s0 > 0
+    safe = jnp.where(positive, s0, 1)
+    explained = gain / safe
+    for c in range(1, len(sums)):
+        explained = explained + sums[c] * sums[c] / safe
+    return squares - jnp.where(positive, explained, 0)
 
 
 def _channels_major_score(data: SweepData, left: Array, total: Array) -> Array:
@@ -1166,7 +1203,8 @@ WALK_BLOCK = 8192
 
 
 def _channels_major_full_rows(
-    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array, steps
+    data: SweepData, problem: Array, f0: Array, f: Array, cuts: Array, steps,
+    root_totals: bool = False,
 ) -> tuple[Array, Array]:
     """`sweep_full` for several channels: all rows in one scan, channels outermost.
 
@@ -1181,7 +1219,9 @@ def _channels_major_full_rows(
     plan forms it (float weights too), so the sums are the same numbers. The running
     total of all the row's samples (`full_scan`, a sequential cumsum of the same values
     in the same order) is carried rather than read: streaming a gathered `(n, S, R)`
-    copy of it cost up to half the sweep.
+    copy of it cost up to half the sweep. `root_totals`: regression rows of exact
+    weights (`SweepData.exact_weights`), whose set sums are read (`_root_totals`)
+    rather than summed in a first pass.
     """
     dtype = data.sorted_scan.dtype
     S = data.sorted_scan.shape[-1]
@@ -1207,14 +1247,18 @@ def _channels_major_full_rows(
         pre_scan, whole = over_blocks(block_sum, (empty, jnp.zeros((S, R), dtype)))
         low = jnp.asarray(jnp.iinfo(dtype).min, dtype)
     else:  # float weights: the prefix sets' totals summed in the scan's own order, and
-        # the row's total in `full_scan`'s (a sequential cumsum of the same values)
-        def first_pass(carry, x):
-            left, total = carry
-            return (add_sample(left, x[0], x[1]), total + x[0]), None
+        # the row's total in `full_scan`'s (a sequential cumsum of the same values),
+        # or for weights whose sums are exact both read in f0's order (`_root_totals`)
+        if root_totals:
+            pre_scan, whole = _root_totals(data, problem, f0, cuts)
+        else:
+            def first_pass(carry, x):
+                left, total = carry
+                return (add_sample(left, x[0], x[1]), total + x[0]), None
 
-        pre_scan, whole = over_blocks(
-            lambda xs, count, carry: _walk(first_pass, carry, xs[:2], count),
-            (empty, jnp.zeros((S, R), dtype)))
+            pre_scan, whole = over_blocks(
+                lambda xs, count, carry: _walk(first_pass, carry, xs[:2], count),
+                (empty, jnp.zeros((S, R), dtype)))
         low = jnp.asarray(-jnp.inf, dtype)
     suf_scan = whole[:, None, :] - pre_scan
 
@@ -1243,6 +1287,21 @@ def _channels_major_full_rows(
         return (_sse_loss(pre_tot[..., -1], pre_scan, prefix),
                 _sse_loss(suf_tot[..., -1], suf_scan, suffix))
     return _loss_from_score(data, pre_tot, prefix), _loss_from_score(data, suf_tot, suffix)
+
+
+def _root_totals(data: SweepData, problem: Array, f0: Array, cuts: Array
+                 ) -> tuple[Array, Array]:
+    """The scanned channels' sums of each row's prefix sets `(S, K, R)` and of all its
+    samples `(S, R)`, read from `full_scan` in f0's order.
+
+    For weights whose sums are exact in any order (`exact_weight_sums`) a walk's own
+    first pass, which sums them in f's order, is not needed: the weight channel is
+    the same number in either order, so a part the walk has emptied still has weight
+    exactly 0 and scores 0, and the target channels differ only by rounding, which
+    the tolerance rule covers (docs/design.md, "Regression scores")."""
+    pre = data.full_scan[problem[:, None], f0[:, None], cuts]  # (R, K, S)
+    whole = data.full_scan[problem, f0, -1]  # (R, S)
+    return jnp.transpose(pre, (2, 1, 0)), jnp.transpose(whole)
 
 
 def _row_slices(table: Array, index: tuple, at, size: int) -> Array:
@@ -1592,10 +1651,10 @@ def _grid_inputs(data: SweepData, first: Array, slot_f0: Array, feature: Array, 
     return xs, keys.astype(key_dtype), valid, problem, key_dtype
 
 
-@jax.jit
+@functools.partial(jax.jit, static_argnames=("root_totals",))
 def sweep_grid(
     data: SweepData, first: Int[Array, ""], slot_f0: Int[Array, " S"],
-    feature: Int[Array, " F"], cuts: Int[Array, "S K Q"]
+    feature: Int[Array, " F"], cuts: Int[Array, "S K Q"], root_totals: bool = False,
 ) -> tuple[Shaped[Array, "F S K Q"], Shaped[Array, "F S K Q"]]:
     """`sweep_full` for F features of the Q problems `first + q` at S root features:
     two-class counts (signed), integer counts of a few classes (`_class_grid`), or
@@ -1610,7 +1669,7 @@ def sweep_grid(
     `sweep_full` returns.
     """
     if data.loss_kind == "sse":
-        return _sse_grid(data, first, slot_f0, feature, cuts)
+        return _sse_grid(data, first, slot_f0, feature, cuts, root_totals)
     if not data.binary:
         return _class_grid(data, first, slot_f0, feature, cuts)
     dtype = data.sorted_scan.dtype
@@ -1759,7 +1818,8 @@ def _sse_chunks(valid: Array, U: int) -> tuple[Array, Array, Array, Array]:
 
 
 def _sse_chunked(read: Callable[[Array], Array], n: int, keys: Array, valid: Array,
-                 lane_cuts: Array) -> tuple[Array, Array, tuple, tuple]:
+                 lane_cuts: Array, root: tuple | None = None
+                 ) -> tuple[Array, Array, tuple, tuple]:
     """The best prefix and suffix gains `(S, K, Q)` of one feature's order, and the
     prefix and suffix sets' channel sums (`_sse_loss` reads them), SSE_CHUNK samples
     per step: each step reads and writes the lanes' running sums once for several
@@ -1770,7 +1830,9 @@ def _sse_chunked(read: Callable[[Array], Array], n: int, keys: Array, valid: Arr
 
     `read(k)`: the lanes' channels `(C, Q)` at sorted position k (`0 <= k < n`), read
     from the table in place, not from a copy of the feature's block. `keys` `(n, S)`,
-    `valid` `(n,)`."""
+    `valid` `(n,)`. `root`: `(prefix sets' sums C x (S, K, Q), all samples' C x (S,
+    Q))` in f0's order, which lanes of exact weights take instead of a first pass
+    (`_root_totals`)."""
     U = SSE_CHUNK
     S, K, Q = lane_cuts.shape
     one = jax.eval_shape(read, jnp.int32(0))
@@ -1801,8 +1863,13 @@ def _sse_chunked(read: Callable[[Array], Array], n: int, keys: Array, valid: Arr
             total = total + x
         return left, total
 
-    pre_scan, whole = jax.lax.fori_loop(0, m, first_pass, (empty, jnp.zeros((C, Q), dtype)))
-    suf_scan = tuple(whole[c][None, None, :] - pre_scan[c] for c in range(C))
+    if root is not None:
+        pre_scan = root[0]
+        suf_scan = tuple(root[1][c][:, None, :] - pre_scan[c] for c in range(C))
+    else:
+        pre_scan, whole = jax.lax.fori_loop(0, m, first_pass,
+                                            (empty, jnp.zeros((C, Q), dtype)))
+        suf_scan = tuple(whole[c][None, None, :] - pre_scan[c] for c in range(C))
     starts, lengths, scored, count = _sse_chunks(valid, U)
 
     def second_pass(t, carry):
@@ -1832,13 +1899,21 @@ def _sse_chunked(read: Callable[[Array], Array], n: int, keys: Array, valid: Arr
 
 
 def _sse_grid(
-    data: SweepData, first: Array, slot_f0: Array, feature: Array, cuts: Array
+    data: SweepData, first: Array, slot_f0: Array, feature: Array, cuts: Array,
+    root_totals: bool = False,
 ) -> tuple[Array, Array]:
-    """`sweep_grid` for regression sums (`grid_scan` `(p, n, S, G)`, floats)."""
+    """`sweep_grid` for regression sums (`grid_scan` `(p, n, S, G)`, floats);
+    `root_totals`: the set sums of every lane read in f0's order (`_root_totals`),
+    the lanes of problems of exact weights."""
     Q = cuts.shape[2]
     _, keys, valid, problem, key_dtype = _grid_inputs(data, first, slot_f0, feature, Q)
     lane_cuts = cuts.astype(key_dtype)
     _, _, C, _ = data.grid_scan.shape
+    root = None
+    if root_totals:  # as `_root_totals`: f0's order, from `full_scan`
+        pre = data.full_scan[problem[None, None, :], slot_f0[:, None, None], cuts]  # S K Q C
+        whole = data.full_scan[problem[None, :], slot_f0[:, None], -1]  # S Q C
+        root = (tuple(pre[..., c] for c in range(C)), tuple(whole[..., c] for c in range(C)))
 
     def one_feature(i):
         def read(k):
@@ -1846,7 +1921,7 @@ def _sse_grid(
             return jax.lax.dynamic_slice(
                 data.grid_scan, [jnp.asarray(j, jnp.int32) for j in at], (1, 1, C, Q))[0, 0]
 
-        return _sse_chunked(read, data.length, keys[:, i], valid[:, i], lane_cuts)
+        return _sse_chunked(read, data.length, keys[:, i], valid[:, i], lane_cuts, root)
 
     # One feature's order after another, each in steps of SSE_CHUNK samples, carrying
     # one feature's sums: a step over several features side by side spilled its sums

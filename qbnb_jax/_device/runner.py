@@ -543,18 +543,47 @@ class KernelRunner:
         layout (`for_compact`); where the kernel walks positions one by one
         (`scans_own_length`), the rows go to calls in order of their subset's size,
         each call's walk stopping after its longest subset (`sweep_full_within`), so
-        a small side costs about its own n, not the largest side's."""
+        a small side costs about its own n, not the largest side's. Rows of problems
+        with exact weights (`_exact_rows`) go to calls of their own."""
+        exact = self._exact_rows(problem)
+        if exact is None or not exact.any():
+            return self._walk_rows(problem, f0, f, cuts, {})
+        if exact.all():
+            return self._walk_rows(problem, f0, f, cuts, {"root_totals": True})
+        pre, suf = np.empty(cuts.shape), np.empty(cuts.shape)
+        for rows, statics in ((exact, {"root_totals": True}), (~exact, {})):
+            pre[rows], suf[rows] = self._walk_rows(problem[rows], f0[rows], f[rows],
+                                                   cuts[rows], statics)
+        return pre, suf
+
+    def _walk_rows(self, problem, f0, f, cuts, statics: dict):
         lengths = self.__dict__.get("_problem_lengths")
         if lengths is None or not scans_own_length(self.data):
-            return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts, {})
+            return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts,
+                             statics)
         length = lengths[problem]
         order = np.argsort(length, kind="stable")
         pre, suf = np.empty(cuts.shape), np.empty(cuts.shape)
         pre[order], suf[order] = self._run(
             "full", sweep_full_within, self.data.length,
-            [problem[order], f0[order], f[order], length[order]], cuts[order], {},
+            [problem[order], f0[order], f[order], length[order]], cuts[order], statics,
             row_length=length[order])
         return pre, suf
+
+    def _exact_rows(self, problem: np.ndarray) -> np.ndarray | None:
+        """Which rows' problems have exact weights (`SweepData.exact_weights`), whose
+        regression sweeps on the sequential plan read their set sums rather than sum
+        them (`root_totals`); None where the data's sweeps make no such choice. The
+        choice is each problem's own, so a problem in a batch gets its solve's
+        numbers: the two kinds are compiled apart, and XLA's CPU code may contract
+        a product and a sum into one rounding differently in each."""
+        if self.data.loss_kind != "sse" or self.data.plan != "sequential":
+            return None
+        cached = self.__dict__.get("_exact")
+        if cached is None or cached[0] is not self.data:
+            cached = (self.data, np.asarray(self.data.exact_weights))
+            self._exact = cached
+        return cached[1][problem]
 
     def limited(self, f0: np.ndarray, f: np.ndarray, cuts: np.ndarray, problem=None):
         """`full` for a problem with leaf limits (`_device/limits.py`): columns whose
@@ -717,7 +746,14 @@ class KernelRunner:
                 place(lane_cuts[0, :step], 2))
         options = (SSE_GRID_COMPILER_OPTIONS if self.data.loss_kind == "sse"
                    and jax.default_backend() == "cpu" else None)
-        exe = self._executable("grid", sweep_grid, args, {}, options)
+        # regression lanes of exact weights read their set sums (`root_totals`); a
+        # block holding both kinds is swept twice, each row taking its own kind's
+        exact = self._exact_rows(plan.first[plan.block] + plan.lane)
+        if exact is None:
+            exact = np.zeros(rows, dtype=bool)
+        exes = {kind: self._executable("grid", sweep_grid, args,
+                                       {"root_totals": True} if kind else {}, options)
+                for kind in np.unique(exact[plan.on_grid]).tolist()}
         # each row's K cuts (K = 1: one cut, repeated) as flat indices of a block's
         # [feature column, slot, cut, lane] output: one np.take per output (far cheaper
         # than a fancy index)
@@ -728,8 +764,7 @@ class KernelRunner:
         stop = _stop_check()
         stop()
 
-        def run_block(b: int) -> None:
-            stop()
+        def sweep_block(b: int, exe) -> tuple[np.ndarray, np.ndarray]:
             parts = []
             for chunk in features:
                 by_slot = []
@@ -743,11 +778,17 @@ class KernelRunner:
                     by_slot.append(out)
                 parts.append(by_slot[0] if len(by_slot) == 1 else tuple(
                     np.concatenate([o[i] for o in by_slot], axis=1) for i in (0, 1)))
-            pre, suf = (np.concatenate([part[i] for part in parts]) if len(parts) > 1
-                        else parts[0][i] for i in (0, 1))
-            mine = np.nonzero((plan.block == b) & plan.on_grid)[0]
-            out_pre[mine] = np.take(pre.reshape(-1), flat[mine])
-            out_suf[mine] = np.take(suf.reshape(-1), flat[mine])
+            return tuple(np.concatenate([part[i] for part in parts]) if len(parts) > 1
+                         else parts[0][i] for i in (0, 1))
+
+        def run_block(b: int) -> None:
+            stop()
+            block = (plan.block == b) & plan.on_grid
+            for kind in np.unique(exact[block]).tolist():
+                pre, suf = sweep_block(b, exes[kind])
+                mine = np.nonzero(block & (exact == kind))[0]
+                out_pre[mine] = np.take(pre.reshape(-1), flat[mine])
+                out_suf[mine] = np.take(suf.reshape(-1), flat[mine])
 
         blocks = len(lane_cuts)
         run_all(run_block, range(blocks))
