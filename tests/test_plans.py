@@ -138,8 +138,8 @@ def test_class_lane_calls_narrow_for_few_rows(monkeypatch):
 def test_compacted_subsets_take_wide_calls(monkeypatch, classes):
     """Compacted subsets' rows walk to each call's longest row (`sweep_full_within`) in
     wide calls: the two-class walk up to TWO_CLASS_WALK_ROWS rows, class lanes of few
-    classes SUBSET_LANE_ROWS once a round has more rows; a row's losses do not depend
-    on the call it is in."""
+    integer-counted classes SUBSET_LANE_ROWS once a round has more rows (weighed
+    counts keep CLASS_LANE_ROWS); a row's losses do not depend on the call it is in."""
     import jax
 
     from qbnb_jax._device import runner as runner_module
@@ -156,6 +156,14 @@ def test_compacted_subsets_take_wide_calls(monkeypatch, classes):
     wide = (runner_module.TWO_CLASS_WALK_ROWS if classes == 2
             else runner_module.SUBSET_LANE_ROWS)
     assert runner._chunk(4, runner.data.length, many) == wide
+    if classes > 2:  # weighed class counts (class-balanced weights) keep narrower calls
+        counts = np.bincount(y, minlength=classes)
+        weighed = make_problem(X, y, task="classification",
+                               sample_weight=(n / (classes * counts))[y])
+        lanes = runner_module.KernelRunner(weighed).for_compact(
+            [weighed.compact(weighed.rank[0] < size) for size in (200, 500, 850)])
+        assert runner_module.sweeps_class_lanes(lanes.data)
+        assert lanes._chunk(4, lanes.data.length, many) == runner_module.CLASS_LANE_ROWS
     rows = rng.integers(0, len(subs), many)
     sizes = np.array([sub.n for sub in subs])[rows]
     f0, f = rng.integers(0, 3, many), rng.integers(0, 3, many)

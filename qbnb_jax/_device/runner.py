@@ -66,7 +66,10 @@ TWO_CLASS_FLOAT_WALK_ROWS = 128
 # classes, with more rows than this: measured at depth 3 against CLASS_LANE_ROWS (64),
 # fault 20% and segment 10% less time, bean 6%, page 3%, and 12 classes 3% more; 256
 # rows were slower on page and segment (more padding in the calls' walks). A single
-# problem keeps CLASS_LANE_ROWS (128 were slower on bean at depth 2).
+# problem keeps CLASS_LANE_ROWS (128 were slower on bean at depth 2), and so do float
+# weights, whose steps cost more (weighed or float lanes): at 128 rows, depth 3 with
+# class-balanced weights took page 3.1-3.6 -> 4.1-4.4 s, segment 3.7-4.4 -> 5.0-6.3,
+# fault 9.0 -> 12.0; with random weights page 5.0 -> 6.1, segment 3.4 -> 3.6.
 SUBSET_LANE_ROWS = 128
 # An accelerator wants few large calls: up to this many rows, and intermediates of at
 # most ACCELERATOR_SHARE of its free memory.
@@ -424,11 +427,11 @@ class KernelRunner:
             # executable (NARROW_LANES_FROM)
             if rows <= CLASS_LANE_ROWS // 2 and length >= NARROW_LANES_FROM:
                 return CLASS_LANE_ROWS // 2
-            if (subsets and rows > SUBSET_LANE_ROWS
+            if (subsets and rows > SUBSET_LANE_ROWS and self.data.loss_kind == "count"
                     and self.data.n_classes < CHANNELS_MAJOR_FROM_CLASSES):
                 # compacted subsets (a depth-3 search's sides): their rounds hold many
                 # rows, and a step's fixed cost weighs most where its lanes carry few
-                # classes
+                # integer counts
                 return SUBSET_LANE_ROWS
             return CLASS_LANE_ROWS
         if name == "full" and walks_two_class_rows(self.data):
