@@ -294,10 +294,14 @@ class SweepData(eqx.Module):
         if scales is not None:
             tables["class_scale"] = np.ones((bucket, first.n_channels))
             tables["class_scale"][:count] = scales
-        # One transfer for all arrays: each separate device_put costs ~0.2 ms.
-        arrays = jax.device_put(dict(cut_valid=cut_valid,
-                                     perm=perm, rank=rank, value_rank=value_rank,
-                                     layout_of=layout_of, exact_weights=exact, **tables))
+        # One transfer for all arrays: each separate device_put costs ~0.2 ms. The
+        # empty placeholders are made on the device once (`_device_empty`).
+        host = dict(cut_valid=cut_valid, perm=perm, rank=rank, value_rank=value_rank,
+                    layout_of=layout_of, exact_weights=exact, **tables)
+        arrays = jax.device_put({k: a for k, a in host.items() if a.size})
+        x64 = bool(jax.config.jax_enable_x64)
+        arrays.update({k: _device_empty(a.shape, a.dtype, x64) for k, a in host.items()
+                       if not a.size})
         return SweepData(
             **arrays,
             loss_kind=first.loss_kind,
@@ -311,6 +315,14 @@ class SweepData(eqx.Module):
     @property
     def length(self) -> int:
         return int(self.perm.shape[-1])
+
+
+@functools.cache
+def _device_empty(shape: tuple, dtype, x64: bool) -> Array:
+    """An empty device array, made once per shape, dtype and float64 setting (which
+    decides the dtype it gets): a transfer of one costs as much as of a small table
+    (about 18 us), and a solve has several."""
+    return jax.device_put(np.zeros(shape, dtype))
 
 
 def table_bytes(layouts: int, problems: int, p: int, n_pad: int, channels: int) -> int:
@@ -335,6 +347,7 @@ def check_tables_fit(layouts: int, problems: int, p: int, n_pad: int, first: Pro
 
 
 TABLE_CHUNK = 64  # problems per block of host table work
+SPLIT_TABLES_FROM = 1 << 15  # entries of one problem's tables worth both threads
 # Positions per block of `_prefix_sums` over many channels.
 PREFIX_BLOCK = 256
 
@@ -462,8 +475,10 @@ def _stat_tables(stats: list[np.ndarray] | None, perm: np.ndarray, layout_of: np
     # the GIL): these tables are most of the host work of a large batch.
     chunks = range(0, count, TABLE_CHUNK)
 
-    # A single problem's tables are split by feature instead, so both threads gather.
-    pieces = ([(c0, slice(None)) for c0 in chunks] if count > 1 else
+    # A single problem's tables are split by feature instead, so both threads gather,
+    # from SPLIT_TABLES_FROM entries (a hand-off to the pool costs about 70 us).
+    split = count == 1 and p * n_pad * C >= SPLIT_TABLES_FROM
+    pieces = ([(c0, slice(None)) for c0 in chunks] if not split else
               [(0, slice(f0, f0 + -(-p // 2))) for f0 in range(0, p, -(-p // 2))])
 
     def in_order(a, rows: int):  # (count, n_pad, k) -> (rows >= count, p, n_pad, k)
