@@ -619,12 +619,14 @@ def test_sweep_grid_equals_reference(n, scale):
                     assert (pre[c, s, k, q], suf[c, s, k, q]) == want, (q, s, c, k)
 
 
-@pytest.mark.parametrize("root_totals", [False, True])
-@pytest.mark.parametrize("targets, n, feature", [
-    (1, 3, (1, 0, 2)), (1, 70, (1, 0, 2)), (2, 70, (1, 0, 2)), (3, 41, (1, 0, 2)),
+@pytest.mark.parametrize("targets, n, feature, root_totals", [
+    (1, 3, (1, 0, 2), False), (1, 70, (1, 0, 2), False), (2, 70, (1, 0, 2), False),
+    (3, 41, (1, 0, 2), False),
     # one feature: steps of several samples (`_sse_chunked`); distinct values, runs
     # of ties longer than a step, and fewer samples than a step
-    (1, 70, (0,)), (2, 41, (2,)), (1, 3, (1,))])
+    (1, 70, (0,), False), (2, 41, (2,), False), (1, 3, (1,), False),
+    # the set sums read (exact weights)
+    (1, 70, (1, 0, 2), True), (3, 41, (1, 0, 2), True), (2, 41, (2,), True)])
 def test_sse_grid_equals_sweep_full_bitwise(targets, n, feature, root_totals):
     """Regression lanes: the same floats `sweep_full` forms for each lane's rows (zero
     weights, tied values, so invalid positions; sums that depend on their order), each
