@@ -102,7 +102,8 @@ class SweepData(eqx.Module):
       order (`exact_weight_sums`): their sweeps read the prefix sets' totals from
       `full_scan` in f0's order instead of summing them in a first pass
       (`_root_totals`). Which of the two a problem's sweeps take depends on it alone:
-      the runner sends its rows to the kernel compiled for it (`root_totals`).
+      the runner reads this (no kernel does) and sends its rows to the kernel
+      compiled for it (`root_totals`).
     """
 
     cut_valid: Bool[Array, "L p n1"]
@@ -1314,9 +1315,21 @@ def _root_totals(data: SweepData, problem: Array, f0: Array, cuts: Array
     the same number in either order, so a part the walk has emptied still has weight
     exactly 0 and scores 0, and the target channels differ only by rounding, which
     the tolerance rule covers (docs/design.md, "Regression scores")."""
-    pre = data.full_scan[problem[:, None], f0[:, None], cuts]  # (R, K, S)
-    whole = data.full_scan[problem, f0, -1]  # (R, S)
+    pre, whole = _set_sums(data, problem, f0, cuts, 1)  # (R, K, S), (R, S)
     return jnp.transpose(pre, (2, 1, 0)), jnp.transpose(whole)
+
+
+def _set_sums(data: SweepData, problem: Array, f0: Array, cuts: Array, cut_axis: int
+              ) -> tuple[Array, Array]:
+    """`full_scan` (channels last) at `cuts` and at the end of f0's order: the prefix
+    sets' and all samples' sums; `problem` and `f0` broadcast to the shape of `cuts`
+    without its `cut_axis` (rows: `(R,)`; the regression lanes: `(S, Q)`)."""
+    problem, f0 = jnp.broadcast_arrays(problem, f0)
+
+    def at_cuts(index):
+        return jnp.expand_dims(index, cut_axis)
+
+    return data.full_scan[at_cuts(problem), at_cuts(f0), cuts], data.full_scan[problem, f0, -1]
 
 
 def _row_slices(table: Array, index: tuple, at, size: int) -> Array:
@@ -1486,9 +1499,10 @@ def _class_lane_rows(
     scale = (jnp.transpose(data.class_scale[problem])[:, None, :]  # (C, 1, R)
              if data.class_scale.size else None)
     floats = not jnp.issubdtype(dtype, jnp.integer)
-    if scale is None and not floats:
+    integer_counts = scale is None and not floats
+    if integer_counts:
         _check_full_scan(data)
-    class_sums = data.full_scan if scale is None and not floats else data.root_cum
+    class_sums = data.full_scan if integer_counts else data.root_cum
     # root positions compared as int16 where they fit: twice the lanes of int32
     key_dtype = jnp.int16 if data.length < 2**15 else jnp.int32
     if data.root_code.size:  # counts of 0 or 1: root position and class in one read
@@ -1925,9 +1939,8 @@ def _sse_grid(
     lane_cuts = cuts.astype(key_dtype)
     _, _, C, _ = data.grid_scan.shape
     root = None
-    if root_totals:  # as `_root_totals`: f0's order, from `full_scan`
-        pre = data.full_scan[problem[None, None, :], slot_f0[:, None, None], cuts]  # S K Q C
-        whole = data.full_scan[problem[None, :], slot_f0[:, None], -1]  # S Q C
+    if root_totals:  # as `_root_totals`: (S, K, Q, C) and (S, Q, C)
+        pre, whole = _set_sums(data, problem[None, :], slot_f0[:, None], cuts, 1)
         root = (tuple(pre[..., c] for c in range(C)), tuple(whole[..., c] for c in range(C)))
 
     def one_feature(i):
