@@ -232,16 +232,16 @@ def test_random_depth1(task, it):
     run_random(task, 1, TASK_SHAPES[task], 100, seed_of("d1", task), it, bounds=("w1",))
 
 
-@pytest.mark.parametrize("it", range(120))
+@pytest.mark.parametrize("it", range(80))
 def test_random_depth2_classification(it):
-    """120 problems, each with every bound (480 solves)."""
-    run_random("classification", 2, CLS_SHAPES, 120, seed_of("d2", "classification"), it)
+    """80 problems, each with every bound (320 solves)."""
+    run_random("classification", 2, CLS_SHAPES, 80, seed_of("d2", "classification"), it)
 
 
-@pytest.mark.parametrize("it", range(120))
+@pytest.mark.parametrize("it", range(80))
 def test_random_depth2_regression(it):
-    """120 problems, each with every bound (480 solves)."""
-    run_random("regression", 2, REG_SHAPES, 120, seed_of("d2", "regression"), it)
+    """80 problems, each with every bound (320 solves)."""
+    run_random("regression", 2, REG_SHAPES, 80, seed_of("d2", "regression"), it)
 
 
 @pytest.mark.slow
@@ -439,14 +439,14 @@ def run_depth3(P: Problem, route: str, it: int) -> None:
     check_result(res, P, 3, want, label=f"d3 it={it} {options}")
 
 
-@pytest.mark.parametrize("it", range(70))
+@pytest.mark.parametrize("it", range(50))
 @pytest.mark.parametrize("route", ["recursion", "appendix"])
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_random_depth3(task, route, it):
-    """Depth 3 against the brute force (70 problems per task and route, n <= 20, p <= 3,
+    """Depth 3 against the brute force (50 problems per task and route, n <= 20, p <= 3,
     every bound (the appendix route: W0, s = 2..4), weights with zeros, ties;
     multi-output regression via REG_SHAPES)."""
-    run_depth3(cases("depth3", 70, task, route)[it], route, it)
+    run_depth3(cases("depth3", 50, task, route)[it], route, it)
 
 
 @pytest.mark.slow
