@@ -145,6 +145,45 @@ def test_side_tables_stumps_equal_host_stumps(weights):
         assert np.array_equal(tables.stump_position[q], positions)
 
 
+@pytest.mark.parametrize("targets,weights,n", [(1, "unit", 60), (3, "bootstrap", 60),
+                                               (6, "unit", 300), (2, "fractional", 60)])
+def test_side_tables_sse_stumps_equal_host_stumps(targets, weights, n):
+    """Squared-error sides' stumps read from the prefix sums their kernels' tables hold
+    (`side_tables(chunks, sent)`) equal the host's, bit for bit; six targets (eight
+    channels) on 300 samples take the blocked prefix sums. Without those sums
+    (fractional weights: the sweeps sum their sets themselves) the search forms its own."""
+    import jax
+
+    from qbnb_jax._device.kernels import SweepData
+
+    rng = np.random.default_rng(5 + targets)
+    X, _ = make_data(rng, "regression", 2, n, 3)
+    y = np.stack([np.where(X[:, t % 3] > 0, 1.5, -0.5) + rng.normal(size=n) * 10.0 ** -t
+                  for t in range(targets)], axis=1)
+    w = {"unit": None, "bootstrap": bootstrap(rng, n, 1)[0],
+         "fractional": rng.uniform(0.5, 1.5, n)}[weights]
+    problem = make_problem(X, y, task="regression", sample_weight=w)
+    source = sorted_samples(problem)
+    masks = [rng.random(problem.n) < share for share in (0.2, 0.5, 0.9, 1.0, 0.3, 0.7)]
+    masks[1][:] = False
+    masks[1][np.argsort(problem.rank[0])[:2]] = True  # two samples only
+    chunks = [compact_sides([source] * 4, masks[:4]), compact_sides([source] * 2, masks[4:])]
+    subs = [sub for chunk in chunks for sub in chunk.problems]
+    sent: dict = {}
+    with jax.enable_x64(True):
+        SweepData.from_problems(subs, subs, list(range(len(subs))), steps_per_octave=8,
+                                count_base=4, chunks=chunks, host_out=sent)
+    tables = deep_batch.side_tables(chunks, sent)
+    if weights == "fractional":
+        assert sent["full_scan"].shape[2] == 1 and tables.stump_loss is None
+        return
+    assert tables.stump_loss is not None
+    for q, sub in enumerate(subs):
+        losses, positions = stump_losses(sub, np.ones(sub.n, dtype=bool))
+        assert np.array_equal(tables.stump_loss[q], losses), q
+        assert np.array_equal(tables.stump_position[q], positions), q
+
+
 @pytest.mark.parametrize("classes,weights", [(2, "folds"), (3, "folds"), (2, "bootstrap")])
 def test_sweep_data_from_chunks_equals_per_problem(classes, weights):
     """`SweepData` built from the chunks' padded arrays (`for_compact(subs, chunks)`)

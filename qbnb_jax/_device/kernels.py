@@ -163,6 +163,7 @@ class SweepData(eqx.Module):
         layouts: list[Problem], problems: list[Problem], layout_of: list[int],
         steps_per_octave: int = 8, count_base: int = 2,
         stat_tables: dict[str, np.ndarray] | None = None, chunks: list | None = None,
+        host_out: dict[str, np.ndarray] | None = None,
     ) -> SweepData:
         """Device arrays for `problems`, problem i laid out as `layouts[layout_of[i]]`.
 
@@ -172,6 +173,8 @@ class SweepData(eqx.Module):
         filled (`shared_stat_buffers`: two-class counts of one layout). `chunks`: the
         `data.CompactSides` whose problems are `problems`, in order, each its own
         layout: their padded arrays are copied a chunk at a time (the same tables).
+        `host_out`: filled with the host arrays sent (`cut_valid`, the stat tables),
+        for host work that reads the same numbers (`host.sse_stumps_from_prefix_sums`).
         Padding samples have zero stats and sit after every real sample in every order,
         so no cut of a real sample set ever includes them: bucketing n lets problems of
         similar size share compiled kernels. Padding features are never swept.
@@ -299,6 +302,8 @@ class SweepData(eqx.Module):
         # empty placeholders are made on the device once (`_device_empty`).
         host = dict(cut_valid=cut_valid, perm=perm, rank=rank, value_rank=value_rank,
                     layout_of=layout_of, exact_weights=exact, **tables)
+        if host_out is not None:
+            host_out.update(host)
         arrays = jax.device_put({k: a for k, a in host.items() if a.size})
         x64 = bool(jax.config.jax_enable_x64)
         arrays.update({k: _device_empty(a.shape, a.dtype, x64) for k, a in host.items()

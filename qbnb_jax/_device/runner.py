@@ -328,7 +328,8 @@ class KernelRunner:
         return structure, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves)
 
     def for_compact(self, problems: list[Problem], chunks: list | None = None,
-                    steps_per_octave: int = 4, count_base: int = 16) -> KernelRunner:
+                    steps_per_octave: int = 4, count_base: int = 16,
+                    host_out: dict | None = None) -> KernelRunner:
         """A runner for `compact(...)` subsets, each laid out on its own samples.
 
         Counters (and the compile cache) are shared with this runner. Lengths are
@@ -336,13 +337,13 @@ class KernelRunner:
         `count_base` (padding problems are zero pages no sweep reads): a deep search
         makes many such batches, and every distinct shape is a compile.
         `chunks`: the `data.CompactSides` that hold `problems` (in order), whose padded
-        arrays make the tables with less copying.
+        arrays make the tables with less copying. `host_out`: as for `from_problems`.
         """
         child = self.for_problem(0, problems[0])
         child.data = SweepData.from_problems(problems, problems, list(range(len(problems))),
                                              steps_per_octave=steps_per_octave,
                                              count_base=count_base,
-                                             chunks=chunks)
+                                             chunks=chunks, host_out=host_out)
         child._problem_lengths = np.array([pr.n for pr in problems])
         child._own_lengths = _padded_lengths(child._problem_lengths)
         child._data_key = self._key_of(child.data)

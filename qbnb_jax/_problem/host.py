@@ -240,6 +240,40 @@ def _sse_stumps_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarray]
     return losses, positions
 
 
+# (set, feature, position) entries `sse_stumps_from_prefix_sums` forms at once: each
+# of its temporaries stays a few MB.
+PREFIX_STUMP_ENTRIES = 1 << 18
+
+
+def sse_stumps_from_prefix_sums(sums: np.ndarray, squares: np.ndarray, cut_valid: np.ndarray,
+                                sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`stump_losses(set, all samples)` of squared-error sets `(losses, positions)`
+    `(Q, p)`, from their prefix sums in each feature's order, as the kernels' stat
+    tables hold them (`SweepData.from_problems`' `host_out`): `sums` `(Q', p, N + 1,
+    C - 1)` the channels S0, S1.., `squares` `(Q', p, N + 1, 1)` S2, entry k the sum of
+    a set's first k samples (np.cumsum's sequential sums: the numbers `split_losses`
+    forms), `cut_valid` `(Q', p, N + 1)` False past each set's own n, `sizes` `(Q,)`
+    each set's n (`Q' >= Q`). A set's totals are its entries at its own n (padding
+    samples add zeros, which can turn a sum of -0.0 into +0.0). The same losses and
+    first minima as `stump_losses` (no leaf limits)."""
+    Q, p, width = len(sizes), sums.shape[1], sums.shape[2]
+    losses = np.empty((Q, p))
+    positions = np.empty((Q, p), dtype=np.int64)
+    step = max(1, PREFIX_STUMP_ENTRIES // (p * width))
+    for q0 in range(0, Q, step):
+        q1 = min(Q, q0 + step)
+        left = [sums[q0:q1, :, :, c] for c in range(sums.shape[3])] + [squares[q0:q1, :, :, 0]]
+        at_n = np.broadcast_to(np.asarray(sizes[q0:q1])[:, None, None], (q1 - q0, p, 1))
+        right = [np.take_along_axis(c, at_n, axis=2) - c for c in left]
+        loss = _sse_leaf_loss(left)
+        loss += _sse_leaf_loss(right)
+        np.copyto(loss, np.inf, where=~cut_valid[q0:q1])
+        at = np.argmin(loss, axis=2)
+        positions[q0:q1] = at
+        losses[q0:q1] = np.take_along_axis(loss, at[..., None], axis=2)[..., 0]
+    return losses, positions
+
+
 def _sse_first_best(ordered: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """`argmin(where(valid, split_losses(ordered, None, "sse"), inf), axis=1)` of
     squared-error stats `(Q, n, C)` in some order: the same prefix sums (sequential,

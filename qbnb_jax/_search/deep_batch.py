@@ -32,6 +32,7 @@ from qbnb_jax._problem.data import (
     sorted_samples,
     two_class_stumps,
 )
+from qbnb_jax._problem.host import sse_stumps_from_prefix_sums
 from qbnb_jax._search.deep import LEFT, SIDE_LAYOUT_BYTES, DeepSearch, side_threads
 from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.search import Search, depth2_splits
@@ -144,10 +145,12 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
                   for part in (batch[at: at + COMPACT_CHUNK]
                                for at in range(0, len(batch), COMPACT_CHUNK))]
         subs = [sub for chunk in chunks for sub in chunk.problems]
+        sent: dict[str, np.ndarray] = {}
         search = Search(subs, side_options,
-                        runner=runner.for_compact(subs, chunks, length_steps(), count_base=4),
+                        runner=runner.for_compact(subs, chunks, length_steps(), count_base=4,
+                                                  host_out=sent),
                         cutoff=[cutoffs[j] for j in batch])
-        solve_depth2(search, side_tables(chunks))
+        solve_depth2(search, side_tables(chunks, sent))
         for q, j in enumerate(batch):
             lower, upper, splits = search.outcome(q)
             owner = searches[owners[j]]
@@ -262,10 +265,14 @@ def _side_splits(source: SortedSamples, key, args: tuple, keywords: dict):
     return depth2_splits(side, *args, **keywords)
 
 
-def side_tables(chunks: list[CompactSides]) -> ThresholdTables:
+def side_tables(chunks: list[CompactSides], sent: dict[str, np.ndarray] | None = None
+                ) -> ThresholdTables:
     """`depth2.stack_tables` of the sides compacted in `chunks`, from the chunks' padded
     tables, with their best stumps on every feature (what `Depth2Search.greedy` would
-    compute side by side) for two-class counts.
+    compute side by side) for two-class counts, and for squared error where `sent`,
+    the host tables of the sides' kernels (`SweepData.from_problems`' `host_out`),
+    hold their prefix sums in each feature's order (`sse_stumps_from_prefix_sums`: the
+    same numbers, without summing every side again).
 
     `two_class_stumps` gives `host.stump_losses`' losses and tie-breaks in integers,
     chunk by chunk (the chunks' tables are small enough to stay in cache): the signed
@@ -301,6 +308,12 @@ def side_tables(chunks: list[CompactSides]) -> ThresholdTables:
     if unit:
         slack_left = cut_pos.astype(np.float64)
     tables = ThresholdTables(cut_pos, slack_left, n_thresholds)
+    full_scan = (sent or {}).get("full_scan")
+    if subs[0].loss_kind == "sse" and full_scan is not None and full_scan.shape[2] > 1:
+        sizes = np.concatenate([chunk.sizes for chunk in chunks])
+        loss, position = sse_stumps_from_prefix_sums(full_scan, sent["root_cum"],
+                                                     sent["cut_valid"], sizes)
+        return tables._replace(stump_loss=loss, stump_position=position)
     if not stumps:
         return tables
     return tables._replace(stump_loss=np.concatenate(losses),
