@@ -135,7 +135,7 @@ def test_float_sums_share_the_layout_bit_for_bit(task, kind, monkeypatch):
 
 
 @pytest.mark.usefixtures("sequential_plan")  # its paths are that plan's
-@pytest.mark.parametrize("targets", [1, 2])
+@pytest.mark.parametrize("targets", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_regression_lanes_equal_one_by_one(targets, monkeypatch):
     """Regression batches of GRID_MIN_PROBLEMS or more keep the shared layout and sweep
     in `sweep_grid`'s lanes (`_sse_grid`): still solve()'s trees, objectives and bounds

@@ -380,9 +380,12 @@ def test_two_class_float_weights_walk(monkeypatch, request, kind, block):
 
 
 @pytest.mark.parametrize("classes, weight, K, n, block", [
-    (3, 0, 1, 150, None), (5, 0, 4, 150, None), (12, 0, 4, 150, None),
-    (5, 0, 2, 2**15 + 10, None), (5, 1, 4, 150, None), (7, 1, 1, 150, None),
-    (5, 300, 32, 150, None), (5, 0, 4, 150, 32), (5, 1, 4, 150, 32)])
+    (3, 0, 1, 150, None), (5, 0, 2, 2**15 + 10, None), (5, 1, 4, 150, None),
+    (5, 300, 32, 150, None), (5, 0, 4, 150, 32),
+    pytest.param(5, 0, 4, 150, None, marks=pytest.mark.slow),
+    pytest.param(12, 0, 4, 150, None, marks=pytest.mark.slow),
+    pytest.param(7, 1, 1, 150, None, marks=pytest.mark.slow),
+    pytest.param(5, 1, 4, 150, 32, marks=pytest.mark.slow)])
 def test_class_lane_sweep_equals_the_row_sweep(monkeypatch, request, classes, weight, K,
                                                n, block):
     """The rows-in-lanes sweep of class counts (`_class_lane_rows`) gives the per-row
@@ -418,8 +421,11 @@ def test_class_lane_sweep_equals_the_row_sweep(monkeypatch, request, classes, we
 
 
 @pytest.mark.parametrize("classes, K, n, times, block", [
-    (3, 4, 150, 1, None), (5, 1, 150, 1, None), (7, 4, 129, 1, None), (12, 2, 200, 1, None),
-    (3, 4, 150, 3, None), (7, 2, 129, 255, None), (5, 4, 150, 3, 32)])
+    (3, 4, 150, 1, None), (7, 2, 129, 255, None), (5, 4, 150, 3, 32),
+    pytest.param(5, 1, 150, 1, None, marks=pytest.mark.slow),
+    pytest.param(7, 4, 129, 1, None, marks=pytest.mark.slow),
+    pytest.param(12, 2, 200, 1, None, marks=pytest.mark.slow),
+    pytest.param(3, 4, 150, 3, None, marks=pytest.mark.slow)])
 def test_class_weights_sweep_as_weighed_counts(monkeypatch, request, classes, K, n, times,
                                                block):
     """Float weights that are multiples (up to `times`, 0 for some samples) of one

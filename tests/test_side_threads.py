@@ -28,8 +28,11 @@ def _record_sweep_dtypes(monkeypatch) -> list:
     monkeypatch.setattr(SweepData, "from_problems", staticmethod(recording))
     return built
 
-@pytest.mark.parametrize("lockstep", [True, False])
-@pytest.mark.parametrize("task", ["regression", "classification"])
+
+@pytest.mark.parametrize("task, lockstep", [
+    ("regression", True), ("classification", False),
+    pytest.param("classification", True, marks=pytest.mark.slow),
+    pytest.param("regression", False, marks=pytest.mark.slow)])
 def test_side_batches_on_two_threads_equal_one_thread(monkeypatch, task, lockstep):
     """Both ways a depth-3 search solves its sides: as a lockstep batch of one
     (`deep_batch`, the default) and in batches of its own (`DeepSearch.solve_sides`)."""
