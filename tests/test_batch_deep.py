@@ -151,7 +151,8 @@ def test_side_tables_sse_stumps_equal_host_stumps(targets, weights, n):
     """Squared-error sides' stumps read from the prefix sums their kernels' tables hold
     (`side_tables(chunks, sent)`) equal the host's, bit for bit; six targets (eight
     channels) on 300 samples take the blocked prefix sums. Without those sums
-    (fractional weights: the sweeps sum their sets themselves) the search forms its own."""
+    (fractional weights on the sequential plan: its sweeps sum their sets themselves)
+    the search forms its own."""
     import jax
 
     from qbnb_jax._device.kernels import SweepData
@@ -174,10 +175,9 @@ def test_side_tables_sse_stumps_equal_host_stumps(targets, weights, n):
         SweepData.from_problems(subs, subs, list(range(len(subs))), steps_per_octave=8,
                                 count_base=4, chunks=chunks, host_out=sent)
     tables = deep_batch.side_tables(chunks, sent)
-    if weights == "fractional":
-        assert sent["full_scan"].shape[2] == 1 and tables.stump_loss is None
+    if sent["full_scan"].shape[2] == 1:  # the sequential plan's float sums
+        assert weights == "fractional" and tables.stump_loss is None
         return
-    assert tables.stump_loss is not None
     for q, sub in enumerate(subs):
         losses, positions = stump_losses(sub, np.ones(sub.n, dtype=bool))
         assert np.array_equal(tables.stump_loss[q], losses), q
