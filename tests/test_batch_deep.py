@@ -73,6 +73,43 @@ def test_depth3_batch_many_small_side_batches(monkeypatch):
     check_batch(X, y, folds(rng, 70, 5), "classification", "small batches")
 
 
+def test_split_round_halves_only_a_lone_large_batch():
+    """`split_round`: a round's only batch, from SPLIT_ROUND_ENTRIES padded entries, in
+    its smaller and larger halves; several batches, or a small one, as they are."""
+    limit = deep_batch.SPLIT_ROUND_ENTRIES
+    sizes = [10, 20, 30, 40, 50]
+    p = -(-limit // (len(sizes) * 50))  # 5 sides padded to 50 samples reach the limit
+    assert deep_batch.split_round([[0, 1, 2, 3, 4]], sizes, p) == [[0, 1], [2, 3, 4]]
+    assert deep_batch.split_round([[0, 1, 2, 3, 4]], sizes, p - 1) == [[0, 1, 2, 3, 4]]
+    assert deep_batch.split_round([[0, 1], [2, 3, 4]], sizes, 10 * p) == [[0, 1], [2, 3, 4]]
+    assert deep_batch.split_round([[4]], sizes, 10 * p) == [[4]]
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_depth3_split_rounds_equal_whole_rounds(task, monkeypatch):
+    """Every round split in halves (`split_round` from one entry) gives the trees,
+    objectives and bounds of whole rounds, and the brute force's optimum."""
+    rng = np.random.default_rng(31 if task == "regression" else 32)
+    X, y = make_data(rng, task, 3, 36, 3)
+    w = bootstrap(rng, 36, 1)[0]
+    whole = qbnb_jax.solve(X, y, task=task, depth=3, sample_weight=w)
+    halves = []
+    real = deep_batch.split_round
+
+    def recording(batches, sizes, p):
+        out = real(batches, sizes, p)
+        halves.append(len(out) > len(batches))
+        return out
+
+    monkeypatch.setattr(deep_batch, "SPLIT_ROUND_ENTRIES", 1)
+    monkeypatch.setattr(deep_batch, "split_round", recording)
+    split = qbnb_jax.solve(X, y, task=task, depth=3, sample_weight=w)
+    assert any(halves)
+    assert_same(split, whole, task, "split rounds")
+    want = brute_force(X, y, w, task=task, depth=3)
+    assert abs(split.objective - want) <= 1e-9 * max(1.0, abs(want))
+
+
 @pytest.mark.parametrize("p, weights, per_batch, plan", [
     (3, "folds", None, "sequential"), (3, "bootstrap", 3, "sequential"),
     (5, "folds", 4, "sequential"), (3, "folds", None, "parallel")])

@@ -65,6 +65,16 @@ COMPACT_CHUNK = 16
 # holds a few tables of (side, feature, position) entries: LAYOUT_BYTES_PER_ENTRY bytes
 # each (measured peak memory), at most LAYOUT_SIDES_BYTES a batch.
 LAYOUT_SIDES_FROM = GRID_MIN_PROBLEMS
+# A round whose sides make one batch leaves the second thread (`side_threads`) idle
+# while the batch's host work runs. From this many padded (side, feature, position)
+# entries its smaller and larger halves are searched apart, one beside the other
+# (`split_round`). Measured on single depth-3 solves (alternating runs, best of 2-3):
+# a generated 8,000 x 12 regression 11.7-12.6 -> 9.4-9.6 s, page 2.49-2.83 -> 2.15-2.18,
+# segment 1.93 -> 1.75-1.78, occupancy 1.07-1.34 -> 0.93-1.10, query1 1.73-2.21 ->
+# 1.72-1.73; bidding 0.36-0.40 -> 0.41 (two-class sides: little host work to hide).
+# Rounds of small sides (concrete, fish) took longer split at any size: twice the
+# kernel calls for little work each; below this limit they stay whole.
+SPLIT_ROUND_ENTRIES = 1 << 18
 LAYOUT_SIDES_BYTES = 1 << 28
 LAYOUT_BYTES_PER_ENTRY = 32
 
@@ -166,7 +176,22 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
         members = np.flatnonzero(widths == p)
         batches += [[int(members[j]) for j in batch]
                     for batch in lockstep_batches(np.asarray(sizes)[members], int(p))[::-1]]
+    batches = split_round(batches, sizes, int(widths.max()))
     side_threads(solve, sorted(batches, key=lambda batch: -max(sizes[j] for j in batch)))
+
+
+def split_round(batches: list[list[int]], sizes: list[int], p: int) -> list[list[int]]:
+    """A round's `batches` (each smallest side first), its only batch split into its
+    smaller and larger halves where its padded tables hold at least
+    SPLIT_ROUND_ENTRIES entries: two batches, one per thread. Each side's outcome is
+    the same in either batch."""
+    if len(batches) != 1 or len(batches[0]) < 2:
+        return batches
+    (batch,) = batches
+    if len(batch) * max(sizes[j] for j in batch) * p < SPLIT_ROUND_ENTRIES:
+        return batches
+    half = len(batch) // 2
+    return [batch[:half], batch[half:]]
 
 
 def _out_of_time(searches: list[DeepSearch], owners: list[int], keys: list[tuple],
