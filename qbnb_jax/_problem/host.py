@@ -227,9 +227,7 @@ def _sse_stumps_shared(problems: list[Problem]) -> tuple[np.ndarray, np.ndarray]
         entry = f * (C * B) + b  # channel 0 of (f, b) in a row of `cum`
         table = cum.reshape(-1)
         left = [table[at * (p * C * B) + entry + c * B] for c in range(C)]
-        right = [cum[n][entry + c * B] - left[c] for c in range(C)]
-        loss = _sse_leaf_loss(left)
-        loss += _sse_leaf_loss(right)
+        loss = _sse_split_loss(left, [cum[n][entry + c * B] for c in range(C)])
         counts = np.count_nonzero(valid, axis=2).reshape(-1)  # >= 1: cut 0 is valid
         starts = np.zeros(B * p, dtype=np.int64)
         np.cumsum(counts[:-1], out=starts[1:])
@@ -264,9 +262,7 @@ def sse_stumps_from_prefix_sums(sums: np.ndarray, squares: np.ndarray, cut_valid
         q1 = min(Q, q0 + step)
         left = [sums[q0:q1, :, :, c] for c in range(sums.shape[3])] + [squares[q0:q1, :, :, 0]]
         at_n = np.broadcast_to(np.asarray(sizes[q0:q1])[:, None, None], (q1 - q0, p, 1))
-        right = [np.take_along_axis(c, at_n, axis=2) - c for c in left]
-        loss = _sse_leaf_loss(left)
-        loss += _sse_leaf_loss(right)
+        loss = _sse_split_loss(left, [np.take_along_axis(c, at_n, axis=2) for c in left])
         np.copyto(loss, np.inf, where=~cut_valid[q0:q1])
         at = np.argmin(loss, axis=2)
         positions[q0:q1] = at
@@ -285,10 +281,18 @@ def _sse_first_best(ordered: np.ndarray, valid: np.ndarray) -> np.ndarray:
     cum[0] = 0.0
     for k in range(n):
         np.add(cum[k], by_sample[k], out=cum[k + 1])
-    loss = _sse_leaf_loss([cum[:, c] for c in range(C)])
-    loss += _sse_leaf_loss([cum[n, c] - cum[:, c] for c in range(C)])
+    loss = _sse_split_loss([cum[:, c] for c in range(C)], [cum[n, c] for c in range(C)])
     np.copyto(loss, np.inf, where=~valid.T)
     return np.argmin(loss, axis=0)
+
+
+def _sse_split_loss(left: list[np.ndarray], total: list[np.ndarray]) -> np.ndarray:
+    """`split_losses`' squared-error loss of cuts from the summed channels [S0, S1..,
+    S2] left of each cut and of the whole set: the left leaf's loss plus the right's,
+    the right's sums `total - left`."""
+    loss = _sse_leaf_loss(left)
+    loss += _sse_leaf_loss([whole - part for whole, part in zip(total, left)])
+    return loss
 
 
 def _sse_leaf_loss(channels: list[np.ndarray]) -> np.ndarray:
