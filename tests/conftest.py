@@ -24,14 +24,49 @@ process, and `-o addopts=""` runs them where pytest-xdist is not installed.
 
 The compilation cache lives in `.jax_cache` at the repository root (ignored by git), or
 where `QBNB_JAX_CACHE` points.
+
+**Codegen.** A cold run of the suite is mostly compiling: hundreds of small shapes,
+each compiled once. XLA's older CPU emitters (`--xla_cpu_use_fusion_emitters=false`)
+compile them in about half the time and run them slower (2-4x on the benchmarks, which
+is why the library leaves XLA's default alone); on two cores that took a cold suite
+from about 700 to about 420 s. So the suite compiles with them where the installed XLA
+still knows the flag (`_fast_compile_flags`, probed once in a subprocess: XLA aborts on
+an unknown flag). `QBNB_TEST_CODEGEN=default` keeps XLA's default, the code users run;
+the slow test `test_codegen.py` runs the kernel and brute-force tests that way.
 """
 
 import os
 import pathlib
+import subprocess
 import sys
 
-import jax
-import pytest
+FAST_COMPILE_FLAG = "--xla_cpu_use_fusion_emitters=false"
+
+
+def _fast_compile_flags() -> None:
+    """Add FAST_COMPILE_FLAG to XLA_FLAGS (before JAX starts its backend) unless told
+    not to or XLA rejects it. Worker processes inherit the result."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if (os.environ.get("QBNB_TEST_CODEGEN", "").strip() == "default"
+            or "xla_cpu_use_fusion_emitters" in flags):
+        return
+    trial = f"{flags} {FAST_COMPILE_FLAG}".strip()
+    probe = ("import jax, jax.numpy as jnp; "
+             "jax.jit(lambda x: x + 1)(jnp.ones(3)).block_until_ready()")
+    env = dict(os.environ, XLA_FLAGS=trial, JAX_PLATFORMS="cpu")
+    try:
+        ok = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                            timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    if ok:
+        os.environ["XLA_FLAGS"] = trial
+
+
+_fast_compile_flags()
+
+import jax  # noqa: E402  (after XLA_FLAGS is settled)
+import pytest  # noqa: E402
 
 _CACHE = pathlib.Path(__file__).resolve().parents[1] / ".jax_cache"
 jax.config.update("jax_compilation_cache_dir", os.environ.get("QBNB_JAX_CACHE", str(_CACHE)))
