@@ -699,6 +699,8 @@ def _kernel_jaxprs(monkeypatch):
             lo, hi = np.zeros(4, np.int32), np.full(4, 70, np.int32)
             cuts = np.zeros((4, 2), np.int32)
             out[f"full {kind}"] = jax.make_jaxpr(sweep_full)(data, *rows, cuts)
+            if _kernels.sweeps_rows_apart(data):  # calls of a few rows (`runner.FEW_ROWS`)
+                out[f"rows {kind}"] = jax.make_jaxpr(_kernels.sweep_rows)(data, *rows, cuts)
             out[f"windowed {kind}"] = jax.make_jaxpr(sweep_windowed)(data, *rows, lo, hi, cuts)
             out[f"gathered {kind}"] = jax.make_jaxpr(
                 functools.partial(sweep_gathered, length=64))(data, *rows, lo, hi, cuts)

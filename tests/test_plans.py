@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import seed_of
 
 import qbnb_jax
 from qbnb_jax._device.kernels import execution_plan
@@ -198,3 +199,54 @@ def test_two_class_calls_spread_rows_over_threads(monkeypatch):
         if rows <= 4 * base * threads:  # every thread gets at most one call
             assert calls <= threads, (rows, size)
         assert size <= base or -(-rows // (size // 2)) > threads, (rows, size)
+
+
+@pytest.mark.parametrize("classes", [2, 5, 24])
+def test_few_rows_are_swept_apart(monkeypatch, classes):
+    """On the sequential plan, past FEW_ROWS_FROM samples, a call of at most FEW_ROWS
+    rows sweeps each row on its own (`sweep_rows`; class-ordered sweeps in calls of
+    FEW_ROWS_CHUNK rows) rather than in a walk padded to its full width: the same
+    integer losses as in a wide call, and a depth-2 solve whose calls all go so finds
+    the brute force's optimum. Two classes (two-class walk), five (class lanes) and
+    24 (class-ordered sweeps)."""
+    import jax
+    from helpers import brute_force
+
+    from qbnb_jax._device import runner as runner_module
+    from qbnb_jax._problem.data import make_problem
+
+    rng = np.random.default_rng(seed_of("few-rows", classes))
+    monkeypatch.setenv("QBNB_JAX_PLAN", "sequential")
+    # coarse features (a brute force over few splits), almost no repeated rows (which
+    # the solve would merge, shortening the orders)
+    n, p = 4200, 6
+    X = rng.integers(0, 6, (n, p)).astype(float)
+    y = np.where(X[:, 0] + rng.normal(size=n) * 2 > 3, rng.integers(0, classes, n), 0)
+    runner = runner_module.KernelRunner(make_problem(X, y, task="classification"))
+    assert runner.data.length >= runner_module.FEW_ROWS_FROM
+    calls = []
+    run = runner_module.KernelRunner._run
+
+    def spy(self, name, fn, *args, **kwargs):
+        calls.append((name, fn.__name__, self._chunk(4, self.data.length, len(args[1][0]), name)))
+        return run(self, name, fn, *args, **kwargs)
+
+    monkeypatch.setattr(runner_module.KernelRunner, "_run", spy)
+    many = 40
+    f0, f = rng.integers(0, p, many), rng.integers(0, p, many)
+    cuts = np.sort(rng.integers(1, n, (many, 4)), axis=1)
+    with jax.enable_x64(True):
+        wide = runner.full(f0, f, cuts)
+        assert calls[-1][2] > runner_module.FEW_ROWS
+        for rows in (1, 3, runner_module.FEW_ROWS):
+            part = slice(many - rows, many)
+            few = runner.full(f0[part], f[part], cuts[part])
+            assert calls[-1][2] == runner_module.FEW_ROWS_CHUNK, calls[-1]
+            assert all(np.array_equal(a, b[part]) for a, b in zip(few, wide)), rows
+    calls.clear()
+    # every call of the solve swept apart (its calls have more rows than FEW_ROWS)
+    monkeypatch.setattr(runner_module, "FEW_ROWS", 10**6)
+    res = qbnb_jax.solve(X, y, task="classification", depth=2)
+    assert res.status == "optimal"
+    assert res.objective == brute_force(X, y, task="classification", depth=2)
+    assert calls and all(chunk == runner_module.FEW_ROWS_CHUNK for *_, chunk in calls), calls

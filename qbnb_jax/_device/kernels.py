@@ -1031,6 +1031,31 @@ def sweep_full(
     return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
 
 
+def sweeps_rows_apart(data: SweepData) -> bool:
+    """Whether `sweep_rows` serves this data: integer counts on the sequential plan,
+    below the blocked sweeps' length, where `_full_row` finds the tables it reads
+    (`full_scan`, which two-class counts do not need). Integer losses are exact in any
+    kernel, so a problem's numbers do not depend on which kernel a call took."""
+    integer = jnp.issubdtype(data.sorted_scan.dtype, jnp.integer) and not data.field_bits
+    has_tables = data.binary or data.full_scan.shape[2] == data.length + 1
+    return (data.plan == "sequential" and integer and data.loss_kind != "sse"
+            and data.length < BLOCKED_FROM and has_tables)
+
+
+@jax.jit
+def sweep_rows(
+    data: SweepData,
+    problem: Int[Array, " rows"],
+    f0: Int[Array, " rows"],
+    f: Int[Array, " rows"],
+    cuts: Int[Array, "rows K"],
+) -> tuple[Shaped[Array, "rows K"], Shaped[Array, "rows K"]]:
+    """`sweep_full`, each row swept on its own (`_full_row`, vmapped) rather than in
+    the lanes of a walk: for calls of a few rows, which a walk pads to its full width
+    of lanes at the same cost per position (`runner.FEW_ROWS`)."""
+    return jax.vmap(functools.partial(_full_row, data))(problem, f0, f, cuts)
+
+
 @functools.partial(jax.jit, static_argnames=("root_totals",))
 def sweep_full_within(
     data: SweepData,

@@ -29,9 +29,11 @@ from qbnb_jax._device.kernels import (
     sweep_full_within,
     sweep_gathered,
     sweep_grid,
+    sweep_rows,
     sweep_windowed,
     sweeps_channels_major,
     sweeps_class_lanes,
+    sweeps_rows_apart,
     uses_class_order,
     walks_two_class_rows,
 )
@@ -71,6 +73,21 @@ TWO_CLASS_FLOAT_WALK_ROWS = 128
 # class-balanced weights took page 3.1-3.6 -> 4.1-4.4 s, segment 3.7-4.4 -> 5.0-6.3,
 # fault 9.0 -> 12.0; with random weights page 5.0 -> 6.1, segment 3.4 -> 3.6.
 SUBSET_LANE_ROWS = 128
+# A call of at most FEW_ROWS rows, on the sequential plan from FEW_ROWS_FROM padded
+# samples, sweeps FEW_ROWS_CHUNK rows a call (the calls on the threads) where the
+# kernel would pad it to a full call: a walk's lanes (`sweep_rows` then sweeps each row
+# on its own) or a class-ordered call's rows. A walk's cost per position does not
+# shrink with its rows. Measured with 4 cuts a row, 2 rows alone against a walk of 32
+# lanes: page (n_pad = 4,608) 0.8 against 2.5 ms, bean (11,264) 1.7 against 9.4, 12
+# classes (11,264) 3.4 against 16.9, 5 classes at 57,344 3.8 against 27.6; two-class
+# walks of 64 rows 4.4 (eeg) to 39 ms (57,344) against 1.0 to 2.6; a class-ordered
+# call of one row in 32 (30 classes, 5,120) 23.9 against 2.3 ms in 2. So up to 8 rows
+# (two rounds of calls on two threads) cost less apart. Not below FEW_ROWS_FROM: the
+# executable is one more compile (about half a second on a CPU), which the calls of
+# shorter orders would take many solves to pay back.
+FEW_ROWS = 8
+FEW_ROWS_CHUNK = 2
+FEW_ROWS_FROM = 4096
 # An accelerator wants few large calls: up to this many rows, and intermediates of at
 # most ACCELERATOR_SHARE of its free memory.
 ACCELERATOR_MAX_ROWS = 4096
@@ -420,6 +437,9 @@ class KernelRunner:
                           bytes_from_device=sum(r.nbytes for r in results))
 
     def _chunk(self, cuts: int, length: int, rows: int, name: str = "full") -> int:
+        if name == "rows" or (name == "full" and uses_class_order(self.data)
+                              and rows <= FEW_ROWS and length >= FEW_ROWS_FROM):
+            return FEW_ROWS_CHUNK
         # compacted subsets: their rows walk to each call's longest (`_full_rows`)
         subsets = self.__dict__.get("_problem_lengths") is not None
         if name == "full" and sweeps_class_lanes(self.data):
@@ -562,6 +582,10 @@ class KernelRunner:
 
     def _walk_rows(self, problem, f0, f, cuts, statics: dict):
         lengths = self.__dict__.get("_problem_lengths")
+        if (lengths is None and len(f0) <= FEW_ROWS and self.data.length >= FEW_ROWS_FROM
+                and sweeps_rows_apart(self.data)):
+            return self._run("rows", sweep_rows, self.data.length, [problem, f0, f], cuts,
+                             statics)
         if lengths is None or not scans_own_length(self.data):
             return self._run("full", sweep_full, self.data.length, [problem, f0, f], cuts,
                              statics)
