@@ -250,3 +250,25 @@ def test_few_rows_are_swept_apart(monkeypatch, classes):
     assert res.status == "optimal"
     assert res.objective == brute_force(X, y, task="classification", depth=2)
     assert calls and all(chunk == runner_module.FEW_ROWS_CHUNK for *_, chunk in calls), calls
+
+
+def test_parallel_plan_counts_in_32_bits(monkeypatch):
+    """Integer counts: int16 on the sequential plan where they fit, at least int32 on
+    the parallel plan (`kernels.count_dtype`: int16 counts were the one kind whose
+    kernel tests failed on a GPU)."""
+    import jax
+
+    from qbnb_jax._device.kernels import SweepData
+    from qbnb_jax._problem.data import make_problem
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(50, 3))
+    for classes in (2, 3):
+        problem = make_problem(X, rng.integers(0, classes, 50), task="classification")
+        for plan, narrow in (("sequential", True), ("parallel", False)):
+            monkeypatch.setenv("QBNB_JAX_PLAN", plan)
+            with jax.enable_x64(True):
+                data = SweepData.from_problem(problem)
+            tables = [data.sorted_scan, data.root_cum, data.scan]
+            sizes = {np.dtype(t.dtype).itemsize for t in tables if t.size}
+            assert (sizes == {2}) == narrow and min(sizes) >= 2, (classes, plan, sizes)
