@@ -436,9 +436,14 @@ class KernelRunner:
                           bytes_to_device=sum(np.asarray(a).nbytes for a in args),
                           bytes_from_device=sum(r.nbytes for r in results))
 
+    def _few_rows(self, rows: int, length: int) -> bool:
+        """Whether a call of `rows` rows over `length` positions goes FEW_ROWS_CHUNK
+        rows at a time (FEW_ROWS)."""
+        return rows <= FEW_ROWS and length >= FEW_ROWS_FROM and self.data.plan == "sequential"
+
     def _chunk(self, cuts: int, length: int, rows: int, name: str = "full") -> int:
         if name == "rows" or (name == "full" and uses_class_order(self.data)
-                              and rows <= FEW_ROWS and length >= FEW_ROWS_FROM):
+                              and self._few_rows(rows, length)):
             return FEW_ROWS_CHUNK
         # compacted subsets: their rows walk to each call's longest (`_full_rows`)
         subsets = self.__dict__.get("_problem_lengths") is not None
@@ -582,7 +587,7 @@ class KernelRunner:
 
     def _walk_rows(self, problem, f0, f, cuts, statics: dict):
         lengths = self.__dict__.get("_problem_lengths")
-        if (lengths is None and len(f0) <= FEW_ROWS and self.data.length >= FEW_ROWS_FROM
+        if (lengths is None and self._few_rows(len(f0), self.data.length)
                 and sweeps_rows_apart(self.data)):
             return self._run("rows", sweep_rows, self.data.length, [problem, f0, f], cuts,
                              statics)
