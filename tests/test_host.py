@@ -1,5 +1,7 @@
 """Host helpers checked against plain numpy and their one-at-a-time versions."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from qbnb_jax._problem.data import (
     stable_order,
 )
 from qbnb_jax._problem.host import stump_losses, stumps_of_all_shared
+from qbnb_jax._problem.leaf_limits import LeafLimits
 from qbnb_jax._search.depth2 import row_searchsorted
 
 
@@ -229,6 +232,35 @@ def test_stump_losses_all_features_at_once_equal_one_by_one(monkeypatch):
             m.setattr(host, "STUMPS_AT_ONCE", -1)
             one_by_one = host.stump_losses(problem, mask)
         for got, want in zip(at_once, one_by_one):
+            np.testing.assert_array_equal(got, want, err_msg=f"problem {it}")
+
+
+def test_stump_losses_on_threads_equal_in_order(monkeypatch):
+    """Large sets take their features a block per thread (`THREADED_STUMPS_FROM`): the
+    same losses and positions, to the bit, as one thread in order; class counts in
+    blocks of features, float sums and leaf limits a feature at a time."""
+    from qbnb_jax._problem import host
+
+    rng = np.random.default_rng(2)
+    for it in range(24):
+        n, p = int(rng.integers(50, 400)), int(rng.integers(2, 7))
+        X = np.round(rng.normal(size=(n, p)), 1)  # ties
+        task = ("regression", "classification")[it % 2]
+        y = (rng.normal(size=(n, 1 + it % 3)) if task == "regression"
+             else rng.integers(0, 2 + it % 5, n))
+        w = rng.choice([0.5, 1.0, 2.0], n) if it % 4 == 1 else None
+        problem = make_problem(X, y, task=task, sample_weight=w)
+        if it % 6 == 5:
+            problem = dataclasses.replace(problem, leaf_limits=LeafLimits(5, 0.0))
+        mask = rng.random(problem.n) < 0.7
+        with monkeypatch.context() as m:
+            m.setattr(host, "THREADED_STUMPS_FROM", 0)
+            m.setattr(host, "STUMPS_AT_ONCE", -1)
+            m.setattr(host, "COUNT_STUMPS_AT_ONCE", 3 * (problem.n + 1) * problem.n_channels)
+            threaded = host.stump_losses(problem, mask)
+            m.setattr(host, "THREADS", 1)
+            in_order = host.stump_losses(problem, mask)
+        for got, want in zip(threaded, in_order):
             np.testing.assert_array_equal(got, want, err_msg=f"problem {it}")
 
 
