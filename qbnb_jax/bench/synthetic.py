@@ -13,6 +13,9 @@ something to prune with and something to fight:
 - `synth-reg1-wide`: regression, 1 target, n = 31,715, p = 59 (the shape of the
   paper's largest depth-2 regression set, "news");
 - `synth-reg3-wide`: regression, 3 targets, n = 10,000, p = 40;
+- `synth-reg1-mid`: regression, 1 target, n = 36,584, p = 9, and `synth-reg3-tall`:
+  3 targets, n = 159,874, p = 4 (the shapes of the paper's "casp" and "query2", whose
+  depth-3 solves took it 7,609 and 2,896 s);
 - `synth-class5-wide`: 5 classes, n = 10,000, p = 100;
 - `synth-class20-wide`: 20 classes, n = 20,000, p = 40;
 - `synth-easy-class4`: 4 classes, n = 8,103, p = 16, and `synth-easy-class5-large`:
@@ -89,6 +92,8 @@ SYNTHETIC = {
     "synth-class30-large": lambda: _classification(100_000, 20, 30, seed=31),
     "synth-reg1-wide": lambda: _regression(31_715, 59, 1, seed=37),
     "synth-reg3-wide": lambda: _regression(10_000, 40, 3, seed=41),
+    "synth-reg1-mid": lambda: _regression(36_584, 9, 1, seed=71),
+    "synth-reg3-tall": lambda: _regression(159_874, 4, 3, seed=73),
     "synth-class5-wide": lambda: _classification(10_000, 100, 5, seed=43),
     "synth-class20-wide": lambda: _classification(20_000, 40, 20, seed=47),
     "synth-easy-class4": lambda: _easy_classification(8103, 16, 4, seed=59),
