@@ -77,3 +77,25 @@ def test_lockstep_batch_sweeps_regression_in_float64_on_both_threads(monkeypatch
         alone = qbnb_jax.solve(X, y, task="regression", depth=3, sample_weight=w)
         assert result.objective == alone.objective
         assert repr(result.tree) == repr(alone.tree)
+
+
+def test_run_all_inside_its_own_task_runs_in_order():
+    """`run_all` called from one of its pool's tasks runs its items on that thread: with
+    every pool thread waiting on tasks queued behind it, it would never return."""
+    from qbnb_jax._device import parallel
+
+    done = []
+    lock = threading.Lock()
+
+    def outer(i: int) -> None:
+        def inner(j: int) -> None:
+            with lock:
+                done.append((i, j))
+        parallel.run_all(inner, range(4))
+
+    runner = threading.Thread(target=parallel.run_all, args=(outer, range(2 * parallel.THREADS)),
+                              daemon=True)
+    runner.start()
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "nested run_all did not return"
+    assert sorted(done) == [(i, j) for i in range(2 * parallel.THREADS) for j in range(4)]

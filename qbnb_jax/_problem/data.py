@@ -1066,8 +1066,7 @@ def stable_order(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's stable ascending order (ties by index) of `columns` `(p, n)` (no NaN), as
     `(perm int32 (p, n), changes (p, n-1))`; `changes[f, k]`: the (k+1)-th sample of f's
     order has a larger value than the k-th. The same result as
-    `np.argsort(kind="stable")`, faster on the threads of `run_all` (never call it from
-    inside a `run_all` task)."""
+    `np.argsort(kind="stable")`, faster on the threads of `run_all`."""
     p, n = columns.shape
     if not _threads_pay(p, n):
         return _stable_order_block(columns)
@@ -1147,7 +1146,7 @@ def _presorted(perm: np.ndarray, changes: np.ndarray, slack: np.ndarray,
     `slack`: `sample_slack` of each sample.
     Returns `(rank, value_rank, cut_valid, cut_pos, n_thresholds, slack_left)`, each
     feature's rows computed alone; `threaded`: a block of features per thread of
-    `run_all`, as `stable_order` (never from inside a `run_all` task).
+    `run_all`, as `stable_order`.
     """
     p, n = perm.shape
     if not (threaded and _threads_pay(p, n)):
