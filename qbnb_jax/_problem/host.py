@@ -90,6 +90,8 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
         # numbers and first minima, several times faster than float sums; features in
         # blocks of at most COUNT_STUMPS_AT_ONCE prefix sums.
         step = max(1, COUNT_STUMPS_AT_ONCE // ((problem.n + 1) * C))
+        if threaded:  # at least a block per thread
+            step = min(step, -(-len(features) // THREADS))
 
         def count_block(i: int) -> None:
             block = features[i : i + step]
@@ -97,8 +99,6 @@ def stump_losses(problem: Problem, mask: np.ndarray, features=None):
             positions[i : i + step], losses[i : i + step] = valid_argmin(
                 loss, problem.cut_valid[block])
 
-        if threaded:  # at least a block per thread
-            step = min(step, -(-len(features) // THREADS))
         _each(count_block, range(0, len(features), step), threaded)
         return losses, positions
     if limits is None and len(features) * (problem.n + 1) * stats.shape[1] <= STUMPS_AT_ONCE:
