@@ -43,9 +43,12 @@ def repeated_row_groups(value_rank: np.ndarray, changes: np.ndarray, codes: np.n
             key = codes.astype(np.uint64)
             for f in range(p):
                 key = (key ^ value_rank[f].astype(np.uint64)) * _HASH_MULTIPLIER
-    _, first, group = np.unique(key, return_index=True, return_inverse=True)
-    if len(first) > (1 - MIN_SHARE_MERGED) * n:
+    # Most data has too few repeats: the count of distinct keys, from a plain sort
+    # (a tenth of `np.unique`'s time with indices), decides that first.
+    ordered = np.sort(key)
+    if 1 + np.count_nonzero(ordered[1:] != ordered[:-1]) > (1 - MIN_SHARE_MERGED) * n:
         return None
+    _, first, group = np.unique(key, return_index=True, return_inverse=True)
     order = np.argsort(first)  # groups in order of their first rows
     renumber = np.empty_like(order)
     renumber[order] = np.arange(len(order))
