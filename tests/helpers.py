@@ -3,7 +3,8 @@
 Nothing here imports qbnb_jax. Everything is plain numpy in float64.
 
 - `BruteForce`: the exact optimum of the depth-d tree problem by exhaustive recursion.
-- `depth2_optimum`: the depth-2 optimum of mid-size problems by enumerating cut pairs.
+- `depth2_optimum`, `depth3_optimum`: depth-2 optima of mid-size problems by enumerating
+  cut pairs, depth-3 optima of a few dozen rows from them.
 - `random_problem`: small random problems with ties, duplicates, constant features and
   (zero / integer / fractional) sample weights.
 - `PaperQuantities`: the paper's L0, L1, L2, V_s, W0, W1_{s'}, W2 computed literally from
@@ -193,6 +194,8 @@ def depth2_optimum(X, y, w=None, *, task: Task, block: int = 32) -> float:
     X = np.asarray(X, dtype=np.float64)
     n, p = X.shape
     w = np.ones(n) if w is None else np.asarray(w, dtype=np.float64)
+    if not (w > 0).any():  # no weight, no loss
+        return 0.0
     Y = _encode_targets(y, task)
     if task == "regression":
         Y = Y - (w @ Y) / w.sum()
@@ -231,6 +234,23 @@ def depth2_optimum(X, y, w=None, *, task: Task, block: int = 32) -> float:
         for b0 in range(0, len(values), block):
             left = X[None, :, j] <= values[b0 : b0 + block, None]
             best = min(best, float((best_stumps(left) + best_stumps(~left)).min()))
+    return best
+
+
+def depth3_optimum(X, y, w=None, *, task: Task) -> float:
+    """The depth-3 optimum of problems of a few dozen rows: every root split `x[j] <= v`
+    (as `depth2_optimum`), each side's depth-2 optimum by `depth2_optimum` on its rows
+    alone (every split of a side's rows by the whole set's thresholds is a split by its
+    own)."""
+    X = np.asarray(X, dtype=np.float64)
+    w = np.ones(len(X)) if w is None else np.asarray(w, dtype=np.float64)
+    y = np.asarray(y)
+    best = depth2_optimum(X, y, w, task=task)  # a root split that sends everything left
+    for j in range(X.shape[1]):
+        for v in np.unique(X[:, j])[:-1]:
+            left = X[:, j] <= v
+            best = min(best, depth2_optimum(X[left], y[left], w[left], task=task)
+                       + depth2_optimum(X[~left], y[~left], w[~left], task=task))
     return best
 
 

@@ -7,14 +7,15 @@ classes past what a sample's class code holds, float weights of more than twelve
 classes, the batched sweeps of many problems). Here `solve`, `solve_batch` and
 `solve_many` run on problems of hundreds to a few thousand rows chosen to cross
 those lines, and each objective is checked against `helpers.depth2_optimum`, which
-enumerates every root split and every child stump. The slow test draws many more.
+enumerates every root split and every child stump. The slow tests draw many more, and
+draw depth-3 problems of a few dozen rows against `helpers.depth3_optimum`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import BruteForce, depth2_optimum, random_problem, seed_of
+from helpers import BruteForce, depth2_optimum, depth3_optimum, random_problem, seed_of
 
 from qbnb_jax import solve, solve_batch, solve_many
 
@@ -79,6 +80,18 @@ def test_enumeration_equals_the_recursive_brute_force():
         P = random_problem(rng, task, int(rng.integers(1, 12)), int(rng.integers(1, 4)), k)
         want = BruteForce(P.X, P.y, P.w, task).best(2)
         got = depth2_optimum(P.X, P.y, P.w, task=task)
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+def test_depth3_enumeration_equals_the_recursive_brute_force():
+    """`depth3_optimum` equal to `BruteForce` on small problems of both tasks."""
+    rng = np.random.default_rng(seed_of("midsize-oracle-3"))
+    for it in range(16):
+        task = "classification" if it % 2 == 0 else "regression"
+        k = int(rng.integers(2, 5)) if task == "classification" else int(rng.integers(1, 3))
+        P = random_problem(rng, task, int(rng.integers(1, 8)), int(rng.integers(1, 3)), k)
+        want = BruteForce(P.X, P.y, P.w, task).best(3)
+        got = depth3_optimum(P.X, P.y, P.w, task=task)
         assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
 
 
@@ -154,3 +167,29 @@ def test_mid_size_random(it):
     q = int(rng.integers(len(W)))
     keep = W[q] > 0
     _check(results[q], X[keep], y[keep], W[q][keep], task)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("it", range(100))
+def test_depth3_random(it):
+    """Depth 3 on a few dozen rows: `solve` or `solve_batch`, classes 2 to 40, targets 1
+    to 3, five weight kinds, against `helpers.depth3_optimum`."""
+    rng = np.random.default_rng(seed_of("midsize-depth3", it))
+    task = str(rng.choice(["classification", "regression"]))
+    k = (int(rng.choice([2, 3, 5, 9, 13, 33, 40])) if task == "classification"
+         else int(rng.integers(1, 4)))
+    n, p = int(rng.integers(20, 49)), int(rng.integers(1, 4))
+    weights = str(rng.choice(["none", "int", "large", "folds", "frac"]))
+    X, y = _data(rng, n, p, task, k)
+    if rng.random() < 0.5:
+        w = _weights(rng, n, weights)
+        result = solve(X, y, task=task, depth=3, sample_weight=w)
+    else:
+        W = np.stack([_weights(rng, n, weights if weights != "none" else "folds")
+                      for _ in range(int(rng.choice([2, 12])))])
+        q = int(rng.integers(len(W)))
+        result, w = solve_batch(X, y, W, task=task, depth=3)[q], W[q]
+    keep = np.ones(n, dtype=bool) if w is None else w > 0
+    reference = depth3_optimum(X[keep], y[keep], None if w is None else w[keep], task=task)
+    assert result.status == "optimal"
+    assert result.objective == pytest.approx(reference, rel=0, abs=_tolerance(reference))
