@@ -70,29 +70,20 @@ def _check(result, X, y, w, task: str) -> None:
     assert result.objective == pytest.approx(reference, rel=0, abs=_tolerance(reference))
 
 
-def test_enumeration_equals_the_recursive_brute_force():
-    """The oracle itself: equal to `BruteForce` on small problems of both tasks, with
-    ties, constant features and zero, integer and fractional weights."""
-    rng = np.random.default_rng(seed_of("midsize-oracle"))
-    for it in range(40):
+@pytest.mark.parametrize("depth, count, rows, features", [(2, 40, 12, 4), (3, 16, 8, 3)])
+def test_enumeration_equals_the_recursive_brute_force(depth, count, rows, features):
+    """The oracles themselves (`depth2_optimum`, `depth3_optimum`): equal to `BruteForce`
+    on small problems of both tasks, with ties, constant features and zero, integer and
+    fractional weights."""
+    oracle = depth2_optimum if depth == 2 else depth3_optimum
+    rng = np.random.default_rng(seed_of("midsize-oracle", depth))
+    for it in range(count):
         task = "classification" if it % 2 == 0 else "regression"
         k = int(rng.integers(2, 5)) if task == "classification" else int(rng.integers(1, 3))
-        P = random_problem(rng, task, int(rng.integers(1, 12)), int(rng.integers(1, 4)), k)
-        want = BruteForce(P.X, P.y, P.w, task).best(2)
-        got = depth2_optimum(P.X, P.y, P.w, task=task)
-        assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
-
-
-def test_depth3_enumeration_equals_the_recursive_brute_force():
-    """`depth3_optimum` equal to `BruteForce` on small problems of both tasks."""
-    rng = np.random.default_rng(seed_of("midsize-oracle-3"))
-    for it in range(16):
-        task = "classification" if it % 2 == 0 else "regression"
-        k = int(rng.integers(2, 5)) if task == "classification" else int(rng.integers(1, 3))
-        P = random_problem(rng, task, int(rng.integers(1, 8)), int(rng.integers(1, 3)), k)
-        want = BruteForce(P.X, P.y, P.w, task).best(3)
-        got = depth3_optimum(P.X, P.y, P.w, task=task)
-        assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+        P = random_problem(rng, task, int(rng.integers(1, rows)),
+                           int(rng.integers(1, features)), k)
+        want = BruteForce(P.X, P.y, P.w, task).best(depth)
+        assert oracle(P.X, P.y, P.w, task=task) == pytest.approx(want, rel=1e-9, abs=1e-9)
 
 
 SINGLE_CASES = [  # (task, n, p, classes or targets, weights)
