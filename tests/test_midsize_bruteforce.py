@@ -64,8 +64,12 @@ def _weights(rng: np.random.Generator, n: int, kind: str) -> np.ndarray | None:
     return w
 
 
-def _check(result, X, y, w, task: str) -> None:
-    reference = depth2_optimum(X, y, w, task=task)
+def _check(result, X, y, w, task: str, depth: int = 2) -> None:
+    """`result` optimal, its objective the enumeration's, over the rows of positive
+    weight (the solver drops the others)."""
+    keep = np.ones(len(X), dtype=bool) if w is None else w > 0
+    oracle = depth2_optimum if depth == 2 else depth3_optimum
+    reference = oracle(X[keep], y[keep], None if w is None else w[keep], task=task)
     assert result.status == "optimal"
     assert result.objective == pytest.approx(reference, rel=0, abs=_tolerance(reference))
 
@@ -117,8 +121,7 @@ def test_solve_batch_mid_size(task, k, weights):
     W = np.stack([_weights(rng, n, weights) for _ in range(problems)])
     results = solve_batch(X, y, W, task=task, depth=2)
     for q in rng.choice(problems, size=4, replace=False):
-        keep = W[q] > 0
-        _check(results[q], X[keep], y[keep], W[q][keep], task)
+        _check(results[q], X, y, W[q], task)
 
 
 @pytest.mark.parametrize("task, k", [("classification", 7), ("regression", 1)])
@@ -130,8 +133,7 @@ def test_solve_many_mid_size(task, k):
         X, y = _data(rng, n, p, task, k)
         datasets.append((X, y, _weights(rng, n, "frac")))
     for result, (X, y, w) in zip(solve_many(datasets, task=task, depth=2), datasets):
-        keep = w > 0
-        _check(result, X[keep], y[keep], w[keep], task)
+        _check(result, X, y, w, task)
 
 
 @pytest.mark.slow
@@ -156,8 +158,7 @@ def test_mid_size_random(it):
                   for _ in range(int(rng.choice([3, 40])))])
     results = solve_batch(X, y, W, task=task, depth=2)
     q = int(rng.integers(len(W)))
-    keep = W[q] > 0
-    _check(results[q], X[keep], y[keep], W[q][keep], task)
+    _check(results[q], X, y, W[q], task)
 
 
 @pytest.mark.slow
@@ -180,7 +181,4 @@ def test_depth3_random(it):
                       for _ in range(int(rng.choice([2, 12])))])
         q = int(rng.integers(len(W)))
         result, w = solve_batch(X, y, W, task=task, depth=3)[q], W[q]
-    keep = np.ones(n, dtype=bool) if w is None else w > 0
-    reference = depth3_optimum(X[keep], y[keep], None if w is None else w[keep], task=task)
-    assert result.status == "optimal"
-    assert result.objective == pytest.approx(reference, rel=0, abs=_tolerance(reference))
+    _check(result, X, y, w, task, depth=3)
