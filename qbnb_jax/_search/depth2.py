@@ -33,6 +33,7 @@ from qbnb_jax._device.runner import KernelRunner, pow2_at_least
 from qbnb_jax._problem.data import ThresholdTables
 from qbnb_jax._problem.host import stumps_of_all_shared, stumps_of_each
 from qbnb_jax._problem.leaf_limits import root_cut_range
+from qbnb_jax._search.class_bound import applies, leaf_count_bounds, narrow
 from qbnb_jax._search.frontier import CutLosses, Frontier, PieceBounds, PieceFeatures, Pieces
 from qbnb_jax._search.pair_bounds import PairInputs, pair_bounds
 from qbnb_jax._search.penalty import (
@@ -54,6 +55,11 @@ W1_MAX_SHARE = 8  # W1 refines only pieces with at most n / 8 samples
 # bounded however many features there are. With few features that allows thousands of
 # tuples, which lets the problem-lane sweep take a batch's first iteration whole.
 MAX_BLOCK_ELEMENTS = 1 << 20
+# Where the leaf-count bound applies, iteration 1 sweeps first the tuples of each
+# problem's best root stumps (the head), as many as fill HEAD_ROWS rows with the greedy
+# start's (p rows each: two calls of the multi-class lanes, `kernels.CLASS_LANE_ROWS`,
+# one a thread); the others are narrowed by the incumbent the head leaves.
+HEAD_ROWS = 128
 REPORT_EVERY = 0.5  # seconds between progress reports inside an anytime iteration
 
 
@@ -152,6 +158,10 @@ class Depth2Search:
         self.leaf_sides = search.leaf_sides
         self.pruned = bool(self.penalty) or self.leaf_sides is not None  # nodes may stay leaves
         self.leaves = SideLeaves(problems) if self.pruned else None
+        # sides of a root cut are stumps: two leaves each (`class_bound.py`); the
+        # bounds are built at the first narrowing
+        self.leaf_bound_on = applies(problems, 2) and not self.pruned
+        self.leaf_bounds = None
         self.reported = 0.0  # elapsed seconds at the last report inside an iteration
 
     # -- driver -------------------------------------------------------------------------
@@ -211,9 +221,13 @@ class Depth2Search:
         if self.limits is not None:
             frontier = self.limit_roots(frontier)
         frontier = frontier.take(frontier.lo <= frontier.hi)  # a constant feature: no cut
+        if self.leaf_bound_on:  # each problem's best root stumps first: the head
+            frontier = frontier.take(np.lexsort(
+                (self.stump_all[frontier.problem, frontier.root], frontier.problem)))
         if greedy is not None and not frontier.size:
             self.finish(greedy, (yield start))
             greedy = None
+        first = True
         while frontier.size:
             if not search.begin_iteration(frontier.lower_bound, frontier.problem):
                 break
@@ -222,18 +236,30 @@ class Depth2Search:
             for q in np.unique(frontier.problem):
                 search.stats.capacity_history[q].append(self.capacity)
             children = []
-            for b0 in range(0, frontier.size, self.capacity):  # bounded memory per block
-                if b0 and (self.options.out_of_time()
-                           or self.options.anytime and self.bound_inside(children, frontier, b0)):
-                    children.append(frontier.take(slice(b0, None)))  # they keep their bounds
+            rest = None
+            if first and self.leaf_bound_on:  # the head, then the rest narrowed
+                head = self.head(frontier)
+                frontier, rest = frontier.take(head), frontier.take(~head)
+            while True:
+                for b0 in range(0, frontier.size, self.capacity):  # bounded memory per block
+                    if (b0 or children) and (
+                            self.options.out_of_time() or self.options.anytime
+                            and self.bound_inside(children, frontier, b0, rest)):
+                        # they keep their bounds
+                        children += [frontier.take(slice(b0, None))] + [rest] * (rest is not None)
+                        rest = None
+                        break
+                    block = frontier.take(slice(b0, b0 + self.capacity))
+                    if greedy is None:
+                        children.append((yield from self.step(block)))
+                    else:
+                        children.append((yield from self.step_with(greedy, start, block)))
+                        greedy = None
+                if rest is None:
                     break
-                block = frontier.take(slice(b0, b0 + self.capacity))
-                if greedy is None:
-                    children.append((yield from self.step(block)))
-                else:
-                    children.append((yield from self.step_with(greedy, start, block)))
-                    greedy = None
-            frontier = Frontier.concatenate(children)
+                frontier, rest = self.narrowed(rest), None
+            first = False
+            frontier = self.narrowed(Frontier.concatenate(children))
             search.report(frontier.lower_bound, frontier.problem)
         else:
             self.incumbents.prove_optimal(np.arange(n_problems))
@@ -250,6 +276,22 @@ class Depth2Search:
         return (self.search.n_problems == 1 and start.kind == "full"
                 and options.time_limit is None and options.max_gap is None
                 and not options.anytime)
+
+    def head(self, frontier: Frontier) -> np.ndarray:
+        """`(T,)` bool: the head of each problem's first tuples (its first ones, the
+        frontier being in each problem's order of best root stumps)."""
+        first_of = np.searchsorted(frontier.problem, frontier.problem)  # problem-major
+        return np.arange(frontier.size) - first_of < max(1, HEAD_ROWS // self.p - 1)
+
+    def narrowed(self, frontier: Frontier) -> Frontier:
+        """The tuples narrowed by the leaf-count bound (`class_bound.narrow`), where it
+        applies."""
+        if not self.leaf_bound_on or not frontier.size:
+            return frontier
+        if self.leaf_bounds is None:  # after the greedy start and the head: each
+            # problem decides alike alone and in a batch (`leaf_count_bounds`)
+            self.leaf_bounds = leaf_count_bounds(self.search.problems, 2, self.incumbents)
+        return narrow(frontier, self.leaf_bounds, self.incumbents, self.slack_left)
 
     @staticmethod
     def finish(greedy, result) -> None:
@@ -299,13 +341,15 @@ class Depth2Search:
         ends[:, 2] -= (wl[q, f0, last] - wl[q, f0, np.minimum(hi + 1, last)])[:, None]
         return frontier._replace(lo=lo, hi=hi, ends=ends)
 
-    def bound_inside(self, children: list[Frontier], frontier: Frontier, b0: int) -> bool:
+    def bound_inside(self, children: list[Frontier], frontier: Frontier, b0: int,
+                     rest: Frontier | None = None) -> bool:
         """Anytime, between blocks: record (and at most every REPORT_EVERY seconds,
-        report) the bound of the children so far and the tuples from `b0` on; True
-        when that meets `max_gap`."""
+        report) the bound of the children so far, the tuples from `b0` on and those
+        of `rest` (not swept yet this iteration); True when that meets `max_gap`."""
         search = self.search
-        lower = np.concatenate([c.lower_bound for c in children] + [frontier.lower_bound[b0:]])
-        problem = np.concatenate([c.problem for c in children] + [frontier.problem[b0:]])
+        parts = children + [frontier.take(slice(b0, None))] + [rest] * (rest is not None)
+        lower = np.concatenate([c.lower_bound for c in parts])
+        problem = np.concatenate([c.problem for c in parts])
         search.record_bounds(lower, problem)
         if search.elapsed() >= self.reported + REPORT_EVERY:
             self.reported = search.elapsed()
