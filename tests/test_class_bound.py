@@ -39,9 +39,9 @@ def side(problem, f0: int, t: int):
     return left, ~left
 
 
-def outside_top_two(problem, mask) -> float:
+def outside_top(problem, mask, leaves: int) -> float:
     sums = problem.stats[mask].astype(float).sum(axis=0)
-    return float(sums.sum() - np.sort(sums)[-2:].sum())
+    return float(sums.sum() - np.sort(sums)[-leaves:].sum())
 
 
 def best_stumps(problem, mask) -> np.ndarray:
@@ -59,14 +59,15 @@ def best_stumps(problem, mask) -> np.ndarray:
     return out
 
 
+@pytest.mark.parametrize("leaves", [2, 4])
 @pytest.mark.parametrize("reweighted", [False, True])
 @pytest.mark.parametrize("grid", [2, 5, 256])
 @pytest.mark.parametrize("seed", range(6))
-def test_grid_points_are_the_definition(seed, grid, reweighted, monkeypatch):
+def test_grid_points_are_the_definition(seed, grid, reweighted, leaves, monkeypatch):
     monkeypatch.setattr(class_bound, "BLOCK_ENTRIES", [1, 50, 1 << 22][seed % 3])
     monkeypatch.setattr(class_bound, "GRID", grid)
     _, problem = case(seed, reweighted)
-    bounds = leaf_count_bounds([problem], 2)
+    bounds = leaf_count_bounds([problem], leaves)
     rows = np.arange(problem.p)
     points = bounds.points(rows)
     assert points[:, 0].tolist() == [0] * problem.p
@@ -74,8 +75,10 @@ def test_grid_points_are_the_definition(seed, grid, reweighted, monkeypatch):
     for f in range(problem.p):
         for i, t in enumerate(points[f]):
             prefix, suffix = side(problem, f, int(t))
-            assert bounds.prefix[f, i] == pytest.approx(outside_top_two(problem, prefix), abs=1e-9)
-            assert bounds.suffix[f, i] == pytest.approx(outside_top_two(problem, suffix), abs=1e-9)
+            assert bounds.prefix[f, i] == pytest.approx(outside_top(problem, prefix, leaves),
+                                                        abs=1e-9)
+            assert bounds.suffix[f, i] == pytest.approx(outside_top(problem, suffix, leaves),
+                                                        abs=1e-9)
         for t in range(int(problem.n_thresholds[f]) + 1):
             below = int(bounds.point_at_or_below(np.array([f]), np.array([t]))[0])
             above = int(bounds.point_at_or_above(np.array([f]), np.array([t]))[0])
@@ -150,3 +153,32 @@ def test_a_problem_has_the_same_bounds_in_any_batch(seed, monkeypatch):
             rows = slice(together.first_row[q], together.first_row[q] + p)
             np.testing.assert_array_equal(together.prefix[rows], alone.prefix)
             np.testing.assert_array_equal(together.suffix[rows], alone.suffix)
+
+
+def test_depth3_roots_narrowed_against_the_brute_force(monkeypatch):
+    """Depth 3 with more classes than a side's four leaves: the root tuples are
+    narrowed by the bound (some cuts are ruled out in these draws), and every optimum
+    is the brute force's."""
+    from helpers import brute_force
+
+    from qbnb_jax import solve
+    from qbnb_jax._search import deep
+
+    removed = []
+
+    def counting(frontier, *args):
+        out = narrow(frontier, *args)
+        removed.append(int(np.sum(frontier.hi - frontier.lo + 1) - np.sum(out.hi - out.lo + 1)))
+        return out
+
+    monkeypatch.setattr(deep, "narrow", counting)
+    rng = np.random.default_rng(7)
+    for draw in range(12):
+        P = random_problem(rng, "classification", int(rng.integers(10, 22)),
+                           int(rng.integers(1, 4)), k=int(rng.integers(5, 9)),
+                           weights=["ones", "int", "float"][draw % 3])
+        want = brute_force(P.X, P.y, P.w, task="classification", depth=3)
+        res = solve(P.X, P.y, task="classification", depth=3, sample_weight=P.w)
+        assert res.status == "optimal"
+        assert res.objective == pytest.approx(want, rel=1e-9, abs=1e-9), draw
+    assert sum(removed) > 0

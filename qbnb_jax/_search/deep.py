@@ -35,6 +35,7 @@ from qbnb_jax._problem.data import Problem
 from qbnb_jax._problem.host import best_stump, position_threshold
 from qbnb_jax._problem.leaf_limits import root_cut_range
 from qbnb_jax._search.budget import NO_LIMIT, host_side, three_leaf_sides
+from qbnb_jax._search.class_bound import applies, leaf_count_bounds, narrow
 from qbnb_jax._search.depth2 import shrink_pieces, solve_depth2
 from qbnb_jax._search.frontier import PieceBounds, Pieces, RootFrontier
 from qbnb_jax._search.search import Search
@@ -130,6 +131,7 @@ class DeepSearch(Search):
         self.side_options = options.quiet()  # the subtrees' searches report nothing
         self.sides: dict[tuple[int, int, int], tuple[float, float, object]] = {}
         self.subproblems = 0
+        self.leaf_bounds = None  # `narrowed`'s, built when first needed
 
     def side_budget(self, key) -> int | None:
         """Leaf budget of side `key` (None: no limit); position n is all samples."""
@@ -280,13 +282,24 @@ class DeepSearch(Search):
         )
         if problem.leaf_limits is not None:
             frontier = self.limit_roots(frontier)
-        frontier = frontier.take(frontier.lo <= frontier.hi)  # no cut inside: constant
+        frontier = self.narrowed(frontier.take(frontier.lo <= frontier.hi))  # no cut: constant
         while frontier.size:
             if not self.begin_iteration(frontier.lower_bound):
                 return
-            frontier = yield from self.step_deep(frontier)
+            frontier = self.narrowed((yield from self.step_deep(frontier)))
             self.report(frontier.lower_bound)
         self.incumbents.prove_optimal(0)
+
+    def narrowed(self, frontier: RootFrontier) -> RootFrontier:
+        """The root tuples narrowed by the leaf-count bound (`class_bound.py`; each
+        side has at most 2**(depth - 1) leaves), where it applies."""
+        leaves = 2 ** (self.depth - 1)
+        if self.options.penalty or not frontier.size or not applies([self.problem], leaves):
+            return frontier
+        if self.leaf_bounds is None:
+            self.leaf_bounds = leaf_count_bounds([self.problem], leaves)
+        return narrow(frontier, self.leaf_bounds, self.incumbents,
+                      self.problem.slack_left[None])
 
     def limit_roots(self, frontier: RootFrontier) -> RootFrontier:
         """The first tuples narrowed to the root cuts whose both sides may be leaves,
