@@ -56,10 +56,12 @@ W1_MAX_SHARE = 8  # W1 refines only pieces with at most n / 8 samples
 # tuples, which lets the problem-lane sweep take a batch's first iteration whole.
 MAX_BLOCK_ELEMENTS = 1 << 20
 # Where the leaf-count bound applies, iteration 1 sweeps first the tuples of each
-# problem's best root stumps (the head), as many as fill HEAD_ROWS rows with the greedy
-# start's (p rows each: two calls of the multi-class lanes, `kernels.CLASS_LANE_ROWS`,
-# one a thread); the others are narrowed by the incumbent the head leaves.
-HEAD_ROWS = 128
+# problem's best root stumps (the head), as many as fit in the calls the greedy start's
+# p rows take on both threads; the others are narrowed by the incumbent the head
+# leaves. Rows a call: `kernels.CLASS_LANE_ROWS` (64) for fewer classes than
+# `kernels.CHANNELS_MAJOR_FROM_CLASSES` (8), about half that for more (their wider
+# steps fill a cache-sized call sooner).
+HEAD_ROWS = {True: 2 * 64, False: 2 * 32}  # by "fewer than 8 classes"
 REPORT_EVERY = 0.5  # seconds between progress reports inside an anytime iteration
 
 
@@ -281,7 +283,8 @@ class Depth2Search:
         """`(T,)` bool: the head of each problem's first tuples (its first ones, the
         frontier being in each problem's order of best root stumps)."""
         first_of = np.searchsorted(frontier.problem, frontier.problem)  # problem-major
-        return np.arange(frontier.size) - first_of < max(1, HEAD_ROWS // self.p - 1)
+        rows = HEAD_ROWS[self.search.problems[0].n_channels < 8]
+        return np.arange(frontier.size) - first_of < max(1, (rows - self.p) // self.p)
 
     def narrowed(self, frontier: Frontier) -> Frontier:
         """The tuples narrowed by the leaf-count bound (`class_bound.narrow`), where it

@@ -22,6 +22,11 @@ something to prune with and something to fight:
   5 classes, n = 53,940, p = 7: readings of two decimals (many ties), classes set by
   two thresholds, 3% label noise: easy data, where a peer's bounds end its search
   early and a solve's fixed costs and full sweeps show;
+- `synth-easy-class30-wide`: the same with 30 classes (the noise labels spread over
+  all of them), n = 10,000, p = 30;
+- `synth-ordinal-class30-wide`: 30 ordered classes (quantile bands of a noisy score of
+  three features, like ratings or age bands), n = 10,000, p = 30: most features carry
+  no class, and every side of a root cut mixes many classes;
 - `synth-pixels`: two classes, n = 196,045 rows of p = 3 integer features 0..255
   drawn from 51,000 distinct rows (the shape of the paper's "skin" set: colour
   values that repeat), so most rows repeat another.
@@ -69,6 +74,14 @@ def _easy_classification(n: int, p: int, classes: int, seed: int):
     return X, y.astype(np.int64), "classification"
 
 
+def _ordinal_classification(n: int, p: int, classes: int, seed: int):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, p))
+    score = X[:, 0] + 0.7 * X[:, 1] - 0.5 * X[:, 2] + rng.normal(size=n)
+    y = np.digitize(score, np.quantile(score, np.linspace(0, 1, classes + 1)[1:-1]))
+    return X, y.astype(np.int64), "classification"
+
+
 def _repeated_pixels(n: int, distinct: int, seed: int):
     rng = np.random.default_rng(seed)
     pool = rng.integers(0, 256, size=(distinct, 3)).astype(np.float64)
@@ -98,6 +111,8 @@ SYNTHETIC = {
     "synth-class20-wide": lambda: _classification(20_000, 40, 20, seed=47),
     "synth-easy-class4": lambda: _easy_classification(8103, 16, 4, seed=59),
     "synth-easy-class5-large": lambda: _easy_classification(53_940, 7, 5, seed=61),
+    "synth-easy-class30-wide": lambda: _easy_classification(10_000, 30, 30, seed=79),
+    "synth-ordinal-class30-wide": lambda: _ordinal_classification(10_000, 30, 30, seed=83),
     "synth-pixels": lambda: _repeated_pixels(196_045, 51_000, seed=53),
 }
 
