@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import leaf_losses, random_problem
+from helpers import PaperQuantities, random_problem
 
 from qbnb_jax._problem.data import make_problem
 from qbnb_jax._search import class_bound
@@ -44,21 +44,6 @@ def outside_top(problem, mask, leaves: int) -> float:
     return float(sums.sum() - np.sort(sums)[-leaves:].sum())
 
 
-def best_stumps(problem, mask) -> np.ndarray:
-    """`(p,)`: the best stump of the samples in `mask` on each feature, literally."""
-    Y = np.eye(problem.n_channels)[problem.y]  # one-hot classes
-    w = problem.stats[np.arange(problem.n), problem.y].astype(float)
-    out = np.empty(problem.p)
-    for f in range(problem.p):
-        x = problem.X[:, f]
-        cuts = [np.ones(problem.n, dtype=bool)] + [x <= v for v in np.unique(x)]
-        left = mask[None, :] & np.array(cuts)
-        right = mask[None, :] & ~np.array(cuts)
-        out[f] = np.min(leaf_losses(left, Y, w, "classification")
-                        + leaf_losses(right, Y, w, "classification"))
-    return out
-
-
 @pytest.mark.parametrize("leaves", [2, 4])
 @pytest.mark.parametrize("reweighted", [False, True])
 @pytest.mark.parametrize("grid", [2, 5, 256])
@@ -94,9 +79,14 @@ def test_narrow_keeps_every_cut_that_can_win(seed, monkeypatch):
     rng, problem = case(seed, reweighted=seed % 4 == 3)
     p = problem.p
     u = problem.n_thresholds.astype(np.int64)
-    prefix = [np.array([best_stumps(problem, side(problem, f, t)[0]) for t in range(u[f] + 1)])
+    literal = PaperQuantities(problem.X, problem.y,
+                              problem.stats[np.arange(problem.n), problem.y])
+
+    def best_stumps(mask):  # (p,): the best stump of the samples in `mask` on each feature
+        return np.array([literal.ref_L1(mask, f) for f in range(p)])
+    prefix = [np.array([best_stumps(side(problem, f, t)[0]) for t in range(u[f] + 1)])
               for f in range(p)]
-    suffix = [np.array([best_stumps(problem, side(problem, f, t)[1]) for t in range(u[f] + 1)])
+    suffix = [np.array([best_stumps(side(problem, f, t)[1]) for t in range(u[f] + 1)])
               for f in range(p)]
     best = [prefix[f].min(axis=1) + suffix[f].min(axis=1) for f in range(p)]
     inner = np.concatenate([b[1:-1] for b in best])

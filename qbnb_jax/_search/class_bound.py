@@ -58,10 +58,13 @@ class LeafCountBounds(NamedTuple):
     prefix: np.ndarray  # (rows, G + 1) float64: bound of the prefix set at each point
     suffix: np.ndarray  # (rows, G + 1) float64: of the suffix set
 
+    def point(self, row: np.ndarray, i: np.ndarray) -> np.ndarray:
+        """The threshold index of grid point i of each row (broadcasting)."""
+        return -(-i * self.u[row] // self.intervals)
+
     def points(self, rows: np.ndarray) -> np.ndarray:
         """`(len(rows), G + 1)`: the grid's threshold indices."""
-        G = self.intervals
-        return -(-np.arange(G + 1)[None, :] * self.u[rows, None] // G)
+        return self.point(rows[:, None], np.arange(self.intervals + 1)[None, :])
 
     def elements(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`(start, end, value)` `(len(rows), 2 G + 1)`: each element's first and last
@@ -247,4 +250,4 @@ def _element(bounds: LeafCountBounds, row: np.ndarray, cut: np.ndarray) -> np.nd
     """The element holding root cut `cut` of each row: its grid point where it is one,
     else the gap after the last grid point below it."""
     i = bounds.point_at_or_below(row, cut)
-    return 2 * i + (-(-i * bounds.u[row] // bounds.intervals) != cut)
+    return 2 * i + (bounds.point(row, i) != cut)

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from qbnb_jax._device.kernels import CHANNELS_MAJOR_FROM_CLASSES, CLASS_LANE_ROWS
 from qbnb_jax._device.runner import KernelRunner, pow2_at_least
 from qbnb_jax._problem.data import ThresholdTables
 from qbnb_jax._problem.host import stumps_of_all_shared, stumps_of_each
@@ -56,12 +57,10 @@ W1_MAX_SHARE = 8  # W1 refines only pieces with at most n / 8 samples
 # tuples, which lets the problem-lane sweep take a batch's first iteration whole.
 MAX_BLOCK_ELEMENTS = 1 << 20
 # Where the leaf-count bound applies, iteration 1 sweeps first the tuples of each
-# problem's best root stumps (the head), as many as fit in the calls the greedy start's
-# p rows take on both threads; the others are narrowed by the incumbent the head
-# leaves. Rows a call: `kernels.CLASS_LANE_ROWS` (64) for fewer classes than
-# `kernels.CHANNELS_MAJOR_FROM_CLASSES` (8), about half that for more (their wider
-# steps fill a cache-sized call sooner).
-HEAD_ROWS = {True: 2 * 64, False: 2 * 32}  # by "fewer than 8 classes"
+# problem's best root stumps (the head), as many as fit with the greedy start's p rows
+# in one call a thread (`head`); the others are narrowed by the incumbent the head
+# leaves.
+HEAD_THREADS = 2
 REPORT_EVERY = 0.5  # seconds between progress reports inside an anytime iteration
 
 
@@ -283,7 +282,12 @@ class Depth2Search:
         """`(T,)` bool: the head of each problem's first tuples (its first ones, the
         frontier being in each problem's order of best root stumps)."""
         first_of = np.searchsorted(frontier.problem, frontier.problem)  # problem-major
-        rows = HEAD_ROWS[self.search.problems[0].n_channels < 8]
+        # rows a call: the class lanes' for fewer classes than the channels-major
+        # sweeps take, about half that for more (their wider steps fill a call sooner)
+        lanes = CLASS_LANE_ROWS
+        if self.search.problems[0].n_channels >= CHANNELS_MAJOR_FROM_CLASSES:
+            lanes //= 2
+        rows = HEAD_THREADS * lanes
         return np.arange(frontier.size) - first_of < max(1, (rows - self.p) // self.p)
 
     def narrowed(self, frontier: Frontier) -> Frontier:
