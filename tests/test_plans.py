@@ -272,3 +272,46 @@ def test_parallel_plan_counts_in_32_bits(monkeypatch):
             tables = [data.sorted_scan, data.root_cum, data.scan]
             sizes = {np.dtype(t.dtype).itemsize for t in tables if t.size}
             assert (sizes == {2}) == narrow and min(sizes) >= 2, (classes, plan, sizes)
+
+
+@pytest.mark.parametrize("kind", ["targets1", "targets3", "classes9-counts", "classes14-floats"])
+def test_channels_major_calls(monkeypatch, kind):
+    """The channels-major walk's calls: at least WALK_MIN_ROWS rows, WALK_FEW_ROWS for a
+    request of at most FEW_ROWS rows past FEW_ROWS_FROM samples; a row's losses are the
+    same numbers in a call of either size (float sums too: each row's sums are its own
+    lane's, formed in one order)."""
+    import jax
+
+    from qbnb_jax._device import runner as runner_module
+    from qbnb_jax._problem.data import make_problem
+
+    rng = np.random.default_rng(seed_of("channels-major-calls", kind))
+    monkeypatch.setenv("QBNB_JAX_PLAN", "sequential")
+    n, p = 4200, 4
+    X = np.round(rng.normal(size=(n, p)), 2)
+    if kind.startswith("targets"):
+        y = X[:, :1] + rng.normal(size=(n, int(kind[-1])))
+        made = make_problem(X, y, task="regression")
+    else:
+        classes = int(kind[7:].split("-")[0])
+        y = rng.integers(0, classes, n)
+        weight = (rng.integers(1, 4, n).astype(float) if kind.endswith("counts")
+                  else rng.random(n) + 0.1)
+        made = make_problem(X, y, task="classification", sample_weight=weight)
+    runner = runner_module.KernelRunner(made)
+    data = runner.data
+    assert runner_module.sweeps_channels_major(data) and not runner_module.sweeps_class_lanes(data)
+    assert data.length >= runner_module.FEW_ROWS_FROM
+    few = runner_module.FEW_ROWS
+    for rows in (1, few):
+        assert runner._chunk(4, data.length, rows) == runner_module.WALK_FEW_ROWS
+    for rows in (few + 1, 40, 1000):
+        assert runner._chunk(4, data.length, rows) >= runner_module.WALK_MIN_ROWS
+    many = 40
+    f0, f = rng.integers(0, p, many), rng.integers(0, p, many)
+    cuts = np.sort(rng.integers(1, n, (many, 4)), axis=1)
+    with jax.enable_x64(True):
+        wide = runner.full(f0, f, cuts)
+        part = slice(many - few, many)
+        narrow = runner.full(f0[part], f[part], cuts[part])
+    assert all(np.array_equal(a, b[part]) for a, b in zip(narrow, wide))

@@ -73,6 +73,15 @@ TWO_CLASS_FLOAT_WALK_ROWS = 128
 # class-balanced weights took page 3.1-3.6 -> 4.1-4.4 s, segment 3.7-4.4 -> 5.0-6.3,
 # fault 9.0 -> 12.0; with random weights page 5.0 -> 6.1, segment 3.4 -> 3.6.
 SUBSET_LANE_ROWS = 128
+# Rows per call of the channels-major walk (`_channels_major_full_rows`): at least
+# WALK_MIN_ROWS, and WALK_FEW_ROWS for a request of a few rows (FEW_ROWS). XLA's code
+# for its steps costs about as much at 16 rows as at 32 (a 32-row call took 0.6-0.9x
+# the time of a 16-row one over the same positions: 3 and 5 classes at n = 212,992,
+# regression of 1 to 3 targets at n = 8,192 to 30,720), while a call of a few rows
+# costs a few of its rows: 1 to 8 rows took 1.5-3x less time than 16, at most
+# 3x less a row than 32.
+WALK_MIN_ROWS = 32
+WALK_FEW_ROWS = 4
 # A call of at most FEW_ROWS rows, on the sequential plan from FEW_ROWS_FROM padded
 # samples, sweeps FEW_ROWS_CHUNK rows a call (the calls on the threads) where the
 # kernel would pad it to a full call: a walk's lanes (`sweep_rows` then sweeps each row
@@ -466,6 +475,9 @@ class KernelRunner:
             most = (TWO_CLASS_WALK_ROWS if np.issubdtype(self.data.sorted_scan.dtype, np.integer)
                     else TWO_CLASS_FLOAT_WALK_ROWS)
             return min(most, max(most // 4, pow2_at_least(-(-rows // THREADS))))
+        walk = name == "full" and scans_own_length(self.data)  # the channels-major walk
+        if walk and self._few_rows(rows, length):
+            return WALK_FEW_ROWS
         # class-ordered sweeps carry one count per (row, cut), whatever the classes
         channels = 1 if uses_class_order(self.data) else int(self.data.sorted_scan.shape[-1])
         per_row = cuts * (length + 1) * channels
@@ -479,6 +491,8 @@ class KernelRunner:
             return max(1, min(ACCELERATOR_MAX_ROWS, _pow2_at_most(fit), want))
         budget = CHUNK_ELEMENTS if self.data.binary else CHANNEL_CHUNK_ELEMENTS
         chunk = max(1, min(MAX_CHUNK, _pow2_at_most(budget // max(per_row, 1))))
+        if walk:
+            return max(chunk, WALK_MIN_ROWS)
         if not self.data.binary:
             return chunk
         # as few calls as leave every thread one: each call walks all `length`
