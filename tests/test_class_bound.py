@@ -172,3 +172,51 @@ def test_depth3_roots_narrowed_against_the_brute_force(monkeypatch):
         assert res.status == "optimal"
         assert res.objective == pytest.approx(want, rel=1e-9, abs=1e-9), draw
     assert sum(removed) > 0
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_leaf_count_bound_switch(depth, monkeypatch):
+    """`leaf_count_bound=False` leaves the bound out (no narrowing is asked for) and
+    finds the same optimum, the brute force's; `solve_batch` takes the switch too, and
+    a value that is not a bool is refused."""
+    from helpers import brute_force
+
+    from qbnb_jax import solve, solve_batch
+    from qbnb_jax._search import deep, depth2
+
+    calls = []
+
+    def counting(frontier, *args):
+        calls.append(1)
+        return narrow(frontier, *args)
+
+    monkeypatch.setattr(deep, "narrow", counting)
+    monkeypatch.setattr(depth2, "narrow", counting)
+    rng = np.random.default_rng(11)
+    narrowed = 0  # the solves with the bound on narrow some tuples
+    for draw in range(8):
+        P = random_problem(rng, "classification", int(rng.integers(12, 22)),
+                           int(rng.integers(1, 4)), k=int(rng.integers(5, 8)),
+                           weights=["ones", "int", "float"][draw % 3])
+        want = brute_force(P.X, P.y, P.w, task="classification", depth=depth)
+        calls.clear()
+        off = solve(P.X, P.y, task="classification", depth=depth, sample_weight=P.w,
+                    leaf_count_bound=False)
+        assert not calls
+        assert off.status == "optimal"
+        assert off.objective == pytest.approx(want, rel=1e-9, abs=1e-9), draw
+        on = solve(P.X, P.y, task="classification", depth=depth, sample_weight=P.w)
+        assert on.objective == off.objective
+        narrowed += len(calls)
+    assert narrowed > 0
+    weights = np.stack([np.ones(len(P.y)), rng.integers(0, 3, len(P.y)).astype(float)])
+    weights[1, 0] = 1.0
+    calls.clear()
+    batch = solve_batch(P.X, P.y, weights, task="classification", depth=depth,
+                        leaf_count_bound=False)
+    assert not calls
+    for w, res in zip(weights, batch):
+        assert res.objective == pytest.approx(
+            brute_force(P.X, P.y, w, task="classification", depth=depth), rel=1e-9, abs=1e-9)
+    with pytest.raises(ValueError, match="leaf_count_bound"):
+        solve(P.X, P.y, task="classification", depth=depth, leaf_count_bound="no")

@@ -56,6 +56,9 @@ def test_bound_variants_small(tmp_path):
     for bound in ("w0", "w1", "w2", "l2"):  # one table row per bound, each optimal
         assert re.search(rf"^{bound} +\d+ +\d+ +optimal +\d+", out, re.M), bound
     assert "all four bounds reach the same optimal objective" in out
+    for switch in ("on", "off"):  # six classes with the leaf-count bound and without
+        assert re.search(rf"^{switch} +\d+ +optimal +\d+", out, re.M), switch
+    assert "same optimum either way" in out
     png = tmp_path / "bv.png"
     assert png.is_file() and png.stat().st_size > 1000
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

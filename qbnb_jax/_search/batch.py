@@ -75,6 +75,7 @@ def solve_batch(
     progress: Callable[[dict], None] | None = None,
     min_samples_leaf: int | float = 1,
     min_weight_fraction_leaf: float = 0.0,
+    leaf_count_bound: bool = True,
 ) -> list[SolveResult]:
     """Solve P problems that share `X` and `y` and differ in their sample weights.
 
@@ -97,7 +98,7 @@ def solve_batch(
 
     **Arguments:**
 
-    - `X`, `y`, `task`, `depth`, `bound`, `s`: as for `solve`.
+    - `X`, `y`, `task`, `depth`, `bound`, `s`, `leaf_count_bound`: as for `solve`.
     - `sample_weights`: `(P, n)` non-negative weights, no row all zero.
     - `time_limit`: seconds for the whole batch; unfinished problems return their best
       tree with status `"time_limit"` and a proved lower bound.
@@ -117,12 +118,12 @@ def solve_batch(
         results = qbnb_jax.solve_batch(X, y, boot, task="classification")
         ```
     """
-    _check_options(depth, bound, s, time_limit)
+    _check_options(depth, bound, s, time_limit, leaf_count_bound=leaf_count_bound)
     _refuse_leaf_limits(min_samples_leaf, min_weight_fraction_leaf)
     tune_malloc()
     with _collector_paused():
         options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit,
-                                     progress=progress)
+                                     progress=progress, leaf_count_bound=leaf_count_bound)
         return _solve_batch(X, y, sample_weights, task, depth, options)
 
 
@@ -290,6 +291,7 @@ def solve_many(
     progress: Callable[[dict], None] | None = None,
     min_samples_leaf: int | float = 1,
     min_weight_fraction_leaf: float = 0.0,
+    leaf_count_bound: bool = True,
 ) -> list[SolveResult]:
     """Solve problems with different data in one call: `(X, y)` or `(X, y, weight)` each.
 
@@ -298,9 +300,10 @@ def solve_many(
     swept. Result `i` is what `solve(*datasets[i], ...)` returns. Like `solve_batch`,
     it sets glibc's malloc thresholds once per process.
     """
-    _check_options(depth, bound, s, time_limit)
+    _check_options(depth, bound, s, time_limit, leaf_count_bound=leaf_count_bound)
     _refuse_leaf_limits(min_samples_leaf, min_weight_fraction_leaf)
-    options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress)
+    options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress,
+                                 leaf_count_bound=leaf_count_bound)
     if len(datasets) == 0:
         raise ValueError("datasets is empty: give at least one (X, y) pair.")
     tune_malloc()

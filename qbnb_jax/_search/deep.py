@@ -294,7 +294,8 @@ class DeepSearch(Search):
         """The root tuples narrowed by the leaf-count bound (`class_bound.py`; each
         side has at most 2**(depth - 1) leaves), where it applies."""
         leaves = 2 ** (self.depth - 1)
-        if self.options.penalty or not frontier.size or not applies([self.problem], leaves):
+        if (self.options.penalty or not self.options.leaf_count_bound or not frontier.size
+                or not applies([self.problem], leaves)):
             return frontier
         if self.leaf_bounds is None:
             self.leaf_bounds = leaf_count_bounds([self.problem], leaves)

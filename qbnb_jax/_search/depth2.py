@@ -161,7 +161,8 @@ class Depth2Search:
         self.leaves = SideLeaves(problems) if self.pruned else None
         # sides of a root cut are stumps: two leaves each (`class_bound.py`); the
         # bounds are built at the first narrowing
-        self.leaf_bound_on = applies(problems, 2) and not self.pruned
+        self.leaf_bound_on = (self.options.leaf_count_bound and applies(problems, 2)
+                              and not self.pruned)
         self.leaf_bounds = None
         self.reported = 0.0  # elapsed seconds at the last report inside an iteration
 

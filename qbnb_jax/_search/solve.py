@@ -95,7 +95,7 @@ class SolveResult:
         )
 
 
-def _check_options(depth, bound, s, time_limit, route="recursion"):
+def _check_options(depth, bound, s, time_limit, route="recursion", leaf_count_bound=True):
     if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)):
         raise ValueError(f"depth must be an integer; got {depth!r}.")
     if depth not in SUPPORTED_DEPTHS:
@@ -118,6 +118,8 @@ def _check_options(depth, bound, s, time_limit, route="recursion"):
         isinstance(time_limit, (int, float)) and not np.isnan(time_limit) and time_limit > 0
     ):
         raise ValueError(f"time_limit must be a positive number of seconds; got {time_limit!r}.")
+    if not isinstance(leaf_count_bound, (bool, np.bool_)):
+        raise ValueError(f"leaf_count_bound must be True or False; got {leaf_count_bound!r}.")
 
 
 def _check_penalty(ccp_alpha, route) -> None:
@@ -173,6 +175,7 @@ def solve(
     max_leaf_nodes: int | None = None,
     max_gap: float | None = None,
     initial_tree=None,
+    leaf_count_bound: bool = True,
 ) -> SolveResult:
     """Find a provably optimal decision tree of the given depth.
 
@@ -227,6 +230,11 @@ def solve(
       fitted tree estimator, ours or scikit-learn's), of at most `depth` levels: the
       first incumbent, returned when nothing better is found (routed `x[f] <= t`, with
       the best leaf values for this data).
+    - `leaf_count_bound`: whether classification of more classes than a side has
+      leaves also prunes with the leaf-count bound (True, default; docs/design.md,
+      "Leaf-count bound"): a side of L leaves misclassifies at least its weight
+      outside its L heaviest classes. False leaves `bound` alone pruning, to compare
+      bounds' pruning power; the result is the same optimum either way.
 
     **Returns:** a `SolveResult`.
 
@@ -236,7 +244,7 @@ def solve(
         result.objective, result.predict(X)
         ```
     """
-    _check_options(depth, bound, s, time_limit, route)
+    _check_options(depth, bound, s, time_limit, route, leaf_count_bound)
     if max_gap is not None and not (
         isinstance(max_gap, (int, float)) and not isinstance(max_gap, bool)
         and 0 <= max_gap <= 1
@@ -276,7 +284,7 @@ def solve(
     options = SearchOptions.make(bound=bound, s=s, time_limit=time_limit, progress=progress,
                                  capacity=initial_capacity,
                                  penalty=search_penalty(problem, ccp_alpha), max_gap=max_gap,
-                                 anytime=anytime)
+                                 anytime=anytime, leaf_count_bound=leaf_count_bound)
     with jax.enable_x64(True):
         # leaf budgets run on the calling thread: their time limit is checked between
         # iterations

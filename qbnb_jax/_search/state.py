@@ -40,18 +40,23 @@ class SearchOptions:
     # gap; `anytime` orders a deep search so that every tuple gets a bound early.
     max_gap: float | None = None
     anytime: bool = False
+    # whether searches of three or more classes use the leaf-count bound
+    # (`class_bound.py`); off, only the bound named by `bound` prunes
+    leaf_count_bound: bool = True
 
     @classmethod
     def make(cls, *, bound: str, s: int, time_limit: float | None = None,
              progress: Callable[[dict], None] | None = None, capacity: int | None = None,
              start: float | None = None, penalty: float = 0.0,
-             max_gap: float | None = None, anytime: bool = False) -> SearchOptions:
+             max_gap: float | None = None, anytime: bool = False,
+             leaf_count_bound: bool = True) -> SearchOptions:
         if time_limit is not None and np.isinf(time_limit):
             time_limit = None
         return cls(bound=bound, s=int(s), time_limit=time_limit, progress=progress,
                    capacity=pow2_at_least(capacity or 64),
                    start=time.perf_counter() if start is None else start,
-                   penalty=float(penalty), max_gap=max_gap, anytime=anytime)
+                   penalty=float(penalty), max_gap=max_gap, anytime=anytime,
+                   leaf_count_bound=bool(leaf_count_bound))
 
     def quiet(self) -> SearchOptions:
         """The same options without a progress callback or gap limit (for subproblems,
