@@ -74,7 +74,8 @@ def test_grid_points_are_the_definition(seed, grid, reweighted, leaves, monkeypa
 @pytest.mark.parametrize("seed", range(12))
 def test_narrow_keeps_every_cut_that_can_win(seed, monkeypatch):
     """Every root cut whose best depth-2 tree beats U stays in its tuple, and the ends
-    `narrow` raises or moves stay lower bounds of the stumps they stand for."""
+    `narrow` raises or moves stay lower bounds of the stumps they stand for; with
+    `shrink=False` the same tuples stay, unchanged."""
     monkeypatch.setattr(class_bound, "GRID", [3, 8, 256][seed % 3])
     rng, problem = case(seed, reweighted=seed % 4 == 3)
     p = problem.p
@@ -115,6 +116,14 @@ def test_narrow_keeps_every_cut_that_can_win(seed, monkeypatch):
         assert np.all(s_lo <= suffix[f][lo - 1] + 1e-9)
         assert np.all(p_hi <= prefix[f][hi + 1] + 1e-9)
     assert out.size <= frontier.size
+    # unshrunk (depth 2): the same tuples kept, each as it was
+    whole = narrow(frontier, leaf_count_bounds([problem], 2), Incumbents([problem], U),
+                   tables.slack_left, shrink=False)
+    np.testing.assert_array_equal(whole.root, out.root)
+    was = np.searchsorted(frontier.root, whole.root)
+    np.testing.assert_array_equal(whole.lo, frontier.lo[was])
+    np.testing.assert_array_equal(whole.hi, frontier.hi[was])
+    np.testing.assert_array_equal(whole.ends, frontier.ends[was])
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -186,9 +195,9 @@ def test_leaf_count_bound_switch(depth, monkeypatch):
 
     calls = []
 
-    def counting(frontier, *args):
+    def counting(frontier, *args, **kwargs):
         calls.append(1)
-        return narrow(frontier, *args)
+        return narrow(frontier, *args, **kwargs)
 
     monkeypatch.setattr(deep, "narrow", counting)
     monkeypatch.setattr(depth2, "narrow", counting)

@@ -190,7 +190,7 @@ def may_rule_out(problems: list[Problem], leaves: int, incumbents: Incumbents) -
 
 
 def narrow(frontier: Tuples, bounds: LeafCountBounds, incumbents: Incumbents,
-           slack_left: np.ndarray) -> Tuples:
+           slack_left: np.ndarray, shrink: bool = True) -> Tuples:
     """The tuples narrowed to the root cuts whose leaf-count bound can beat the
     incumbent, the others dropped.
 
@@ -198,7 +198,8 @@ def narrow(frontier: Tuples, bounds: LeafCountBounds, incumbents: Incumbents,
     first element that can still beat the incumbent to the last. Its ends move in as
     `children` moves a child's (their slack bounds lose the slack passed over), and
     its monotone ends rise to the bound's: P_lo to the prefix bound at the grid point
-    at or below the new lo, S_hi to the suffix bound at or above the new hi.
+    at or below the new lo, S_hi to the suffix bound at or above the new hi. With
+    `shrink` False, a tuple with any such cut is kept as it is.
 
     `frontier`: a depth-2 `Frontier` (ends per child feature) or a deeper search's
     `RootFrontier` (one bound per end, of its one problem). Tuples of problems
@@ -224,6 +225,10 @@ def narrow(frontier: Tuples, bounds: LeafCountBounds, incumbents: Incumbents,
     first = after[at, _element(bounds, row, lo)]
     last = before[at, _element(bounds, row, hi)]
     kept = first <= last
+    if not shrink:
+        keep = np.ones(frontier.size, dtype=bool)
+        keep[todo] = kept
+        return frontier.take(keep)
     first, last = np.minimum(first, n_elements - 1), np.maximum(last, 0)
     new_lo = np.maximum(lo, start[at, first])
     new_hi = np.minimum(hi, end[at, last])
