@@ -77,9 +77,8 @@ SUBSET_LANE_ROWS = 128
 # WALK_MIN_ROWS, and WALK_FEW_ROWS for a request of a few rows (FEW_ROWS). XLA's code
 # for its steps costs about as much at 16 rows as at 32 (a 32-row call took 0.6-0.9x
 # the time of a 16-row one over the same positions: 3 and 5 classes at n = 212,992,
-# regression of 1 to 3 targets at n = 8,192 to 30,720), while a call of a few rows
-# costs a few of its rows: 1 to 8 rows took 1.5-3x less time than 16, at most
-# 3x less a row than 32.
+# regression of 1 to 3 targets at n = 8,192 to 30,720), while below 16 a call's cost
+# falls with its rows: a 4-row call took a fifth to a half of a 16-row one's time.
 WALK_MIN_ROWS = 32
 WALK_FEW_ROWS = 4
 # A call of at most FEW_ROWS rows, on the sequential plan from FEW_ROWS_FROM padded
