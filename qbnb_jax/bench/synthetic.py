@@ -22,6 +22,8 @@ something to prune with and something to fight:
   5 classes, n = 53,940, p = 7: readings of two decimals (many ties), classes set by
   two thresholds, 3% label noise: easy data, where a peer's bounds end its search
   early and a solve's fixed costs and full sweeps show;
+- `synth-easy-class3-tall`: the same with 3 classes, n = 200,000, p = 6, and
+  `synth-easy-class3-huge`, n = 10^6: large n where little is left to prove;
 - `synth-easy-class30-wide`: the same with 30 classes (the noise labels spread over
   all of them), n = 10,000, p = 30;
 - `synth-ordinal-class30-wide`: 30 ordered classes (quantile bands of a noisy score of
@@ -111,6 +113,8 @@ SYNTHETIC = {
     "synth-class20-wide": lambda: _classification(20_000, 40, 20, seed=47),
     "synth-easy-class4": lambda: _easy_classification(8103, 16, 4, seed=59),
     "synth-easy-class5-large": lambda: _easy_classification(53_940, 7, 5, seed=61),
+    "synth-easy-class3-tall": lambda: _easy_classification(200_000, 6, 3, seed=89),
+    "synth-easy-class3-huge": lambda: _easy_classification(1_000_000, 6, 3, seed=97),
     "synth-easy-class30-wide": lambda: _easy_classification(10_000, 30, 30, seed=79),
     "synth-ordinal-class30-wide": lambda: _ordinal_classification(10_000, 30, 30, seed=83),
     "synth-pixels": lambda: _repeated_pixels(196_045, 51_000, seed=53),
