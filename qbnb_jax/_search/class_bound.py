@@ -143,7 +143,11 @@ def _class_sums(problems: list[Problem], G: int) -> np.ndarray:
     A sample at position k of f's order is left of cut t exactly when k is below
     `cut_pos[f, t]`: each position's grid interval comes from the positions of the
     grid points (zero-weight rows of `Problem.reweighted` included), then one
-    `bincount` sums the classes of every (problem, feature, interval)."""
+    `bincount` sums the classes of every (problem, feature, interval). The keys are
+    formed in each feature's order, the classes read through `perm` from a copy of
+    `y` in the narrowest integer type: a gather from a small array, where reading the
+    intervals through `rank` gathered from a large one (at n = 10^6 the keys took
+    half the time)."""
     Q, p, C = len(problems), problems[0].p, problems[0].n_channels
     u = np.maximum(np.stack([pr.n_thresholds for pr in problems]).astype(np.int64), 1)
     grid = -(-np.arange(G + 1)[None, None, :] * u[:, :, None] // G)  # (Q, p, G + 1)
@@ -155,16 +159,18 @@ def _class_sums(problems: list[Problem], G: int) -> np.ndarray:
                             np.diff(at, axis=2).reshape(-1))
     weights = [pr.stats[np.arange(pr.n), pr.y] for pr in problems]  # one class per row
     unit = all(bool(np.all(w == 1)) for w in weights)
+    label = np.int8 if C <= 127 else np.int16 if C <= 2**15 - 1 else np.int32
     keys, start = [], 0
     for pr in problems:
         at_position = interval_at[start : start + p * pr.n].reshape(p, pr.n)
-        keys.append((pr.y.astype(dtype) * dtype(Q * p * G)
-                     + np.take_along_axis(at_position, pr.rank, axis=1)).reshape(-1))
+        keys.append((pr.y.astype(label)[pr.perm].astype(dtype) * dtype(Q * p * G)
+                     + at_position).reshape(-1))
         start += p * pr.n
     keys = np.concatenate(keys)
     size = C * Q * p * G
     counts = (np.bincount(keys, minlength=size) if unit else np.bincount(
-        keys, weights=np.concatenate([np.tile(w.astype(np.float64), p) for w in weights]),
+        keys, weights=np.concatenate([w.astype(np.float64)[pr.perm].reshape(-1)
+                                      for w, pr in zip(weights, problems)]),
         minlength=size))
     sums = np.zeros((C, Q * p, G + 1))  # classes outermost: the top-L is element-wise
     np.cumsum(counts.reshape(C, Q * p, G), axis=2, out=sums[:, :, 1:])
