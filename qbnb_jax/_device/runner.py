@@ -474,7 +474,8 @@ class KernelRunner:
             most = (TWO_CLASS_WALK_ROWS if np.issubdtype(self.data.sorted_scan.dtype, np.integer)
                     else TWO_CLASS_FLOAT_WALK_ROWS)
             return min(most, max(most // 4, pow2_at_least(-(-rows // THREADS))))
-        walk = name == "full" and scans_own_length(self.data)  # the channels-major walk
+        # the walks the class lanes and two-class walks above left: channels-major
+        walk = name == "full" and scans_own_length(self.data)
         if walk and self._few_rows(rows, length):
             return WALK_FEW_ROWS
         # class-ordered sweeps carry one count per (row, cut), whatever the classes

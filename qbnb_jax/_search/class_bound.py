@@ -42,6 +42,12 @@ BLOCK_ENTRIES = 1 << 22  # (feature, sample) entries of one block of host arrays
 Tuples = TypeVar("Tuples", Frontier, RootFrontier)
 
 
+def grid_point(i, u, intervals: int):
+    """Threshold index of grid point i of a feature with u thresholds, `ceil(i u / G)`
+    (broadcasting)."""
+    return -(-i * u // intervals)
+
+
 class LeafCountBounds(NamedTuple):
     """The bound at a grid of root threshold indices of every problem's features.
 
@@ -60,7 +66,7 @@ class LeafCountBounds(NamedTuple):
 
     def point(self, row: np.ndarray, i: np.ndarray) -> np.ndarray:
         """The threshold index of grid point i of each row (broadcasting)."""
-        return -(-i * self.u[row] // self.intervals)
+        return grid_point(i, self.u[row], self.intervals)
 
     def points(self, rows: np.ndarray) -> np.ndarray:
         """`(len(rows), G + 1)`: the grid's threshold indices."""
@@ -150,7 +156,7 @@ def _class_sums(problems: list[Problem], G: int) -> np.ndarray:
     half the time)."""
     Q, p, C = len(problems), problems[0].p, problems[0].n_channels
     u = np.maximum(np.stack([pr.n_thresholds for pr in problems]).astype(np.int64), 1)
-    grid = -(-np.arange(G + 1)[None, None, :] * u[:, :, None] // G)  # (Q, p, G + 1)
+    grid = grid_point(np.arange(G + 1)[None, None, :], u[:, :, None], G)  # (Q, p, G + 1)
     at = np.stack([np.take_along_axis(pr.cut_pos, grid[q], axis=1)
                    for q, pr in enumerate(problems)])
     # (problem, feature, position) -> (problem, feature) row * G + interval
