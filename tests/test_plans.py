@@ -14,7 +14,7 @@ import pytest
 from helpers import seed_of
 
 import qbnb_jax
-from qbnb_jax._device.kernels import execution_plan
+from qbnb_jax._device.kernels import BLOCKED_FROM, execution_plan
 
 
 def problem(seed: int, task: str, n: int = 40, p: int = 3):
@@ -274,11 +274,13 @@ def test_parallel_plan_counts_in_32_bits(monkeypatch):
             assert (sizes == {2}) == narrow and min(sizes) >= 2, (classes, plan, sizes)
 
 
-@pytest.mark.parametrize("kind", ["targets1", "targets3", "classes9-counts", "classes14-floats"])
+@pytest.mark.parametrize("kind", ["targets1", "targets3", "classes9-counts", "classes14-floats",
+                                  "classes3-counts-long"])
 def test_channels_major_calls(monkeypatch, kind):
-    """The channels-major walk's calls: at least WALK_MIN_ROWS rows, WALK_FEW_ROWS for a
-    request of at most FEW_ROWS rows past FEW_ROWS_FROM samples; a row's losses are the
-    same numbers in a call of either size (float sums too: each row's sums are its own
+    """The channels-major walk's calls: at least WALK_MIN_ROWS rows; for a request of
+    at most FEW_ROWS rows past FEW_ROWS_FROM samples one row a call for one target,
+    WALK_FEW_ROWS for more targets and for 8 classes or more; a row's losses are the
+    same numbers in a call of any size (float sums too: each row's sums are its own
     lane's, formed in one order)."""
     import jax
 
@@ -287,7 +289,8 @@ def test_channels_major_calls(monkeypatch, kind):
 
     rng = np.random.default_rng(seed_of("channels-major-calls", kind))
     monkeypatch.setenv("QBNB_JAX_PLAN", "sequential")
-    n, p = 4200, 4
+    # past BLOCKED_FROM samples few classes walk channels-major too
+    n, p = (BLOCKED_FROM, 3) if kind.endswith("long") else (4200, 4)
     X = np.round(rng.normal(size=(n, p)), 2)
     if kind.startswith("targets"):
         y = X[:, :1] + rng.normal(size=(n, int(kind[-1])))
@@ -303,8 +306,10 @@ def test_channels_major_calls(monkeypatch, kind):
     assert runner_module.sweeps_channels_major(data) and not runner_module.sweeps_class_lanes(data)
     assert data.length >= runner_module.FEW_ROWS_FROM
     few = runner_module.FEW_ROWS
+    one_row = kind in ("targets1", "classes3-counts-long")
     for rows in (1, few):
-        assert runner._chunk(4, data.length, rows) == runner_module.WALK_FEW_ROWS
+        assert runner._chunk(4, data.length, rows) == (
+            1 if one_row else runner_module.WALK_FEW_ROWS)
     for rows in (few + 1, 40, 1000):
         assert runner._chunk(4, data.length, rows) >= runner_module.WALK_MIN_ROWS
     many = 40

@@ -74,13 +74,21 @@ TWO_CLASS_FLOAT_WALK_ROWS = 128
 # fault 9.0 -> 12.0; with random weights page 5.0 -> 6.1, segment 3.4 -> 3.6.
 SUBSET_LANE_ROWS = 128
 # Rows per call of the channels-major walk (`_channels_major_full_rows`): at least
-# WALK_MIN_ROWS, and WALK_FEW_ROWS for a request of a few rows (FEW_ROWS). XLA's code
+# WALK_MIN_ROWS, and for a request of a few rows (FEW_ROWS) WALK_FEW_ROWS, or one row
+# a call where a step has few channels (`_walk_few_rows`). XLA's code
 # for its steps costs about as much at 16 rows as at 32 (a 32-row call took 0.6-0.9x
 # the time of a 16-row one over the same positions: 3 and 5 classes at n = 212,992,
 # regression of 1 to 3 targets at n = 8,192 to 30,720), while below 16 a call's cost
 # falls with its rows: a 4-row call took a fifth to a half of a 16-row one's time.
+# With 2 to 8 lanes XLA's steps run far below their vector speed, and a one-row call
+# has no row lanes at all: per row and position, one-row calls took 27-50 ns against
+# 49-77 for 4-row calls (3 and 5 classes of counts, 3 classes of float weights, at n
+# = 212,992 to 327,680) and 35-66 against 54-79 (one target, n = 8,192), but 149-254
+# against 75-89 for three targets; 30 classes of float weights at n = 5,120 took 852
+# against 675.
 WALK_MIN_ROWS = 32
 WALK_FEW_ROWS = 4
+WALK_ONE_ROW_MAX_TARGETS = 1
 # A call of at most FEW_ROWS rows, on the sequential plan from FEW_ROWS_FROM padded
 # samples, sweeps FEW_ROWS_CHUNK rows a call (the calls on the threads) where the
 # kernel would pad it to a full call: a walk's lanes (`sweep_rows` then sweeps each row
@@ -258,6 +266,17 @@ def _grid_width(group: np.ndarray, r: np.ndarray, rows_of_tuple: np.ndarray, K: 
         better = cost < best_cost
         best_cost[better], best_width[better] = cost[better], width
     return best_cost, best_width
+
+
+def _walk_few_rows(data: SweepData) -> int:
+    """Rows per call of a channels-major walk for a request of at most FEW_ROWS rows:
+    one for fewer than CHANNELS_MAJOR_FROM_CLASSES classes and for one regression
+    target, else WALK_FEW_ROWS (see there)."""
+    if data.loss_kind == "sse":
+        few_channels = data.sorted_scan.shape[-1] - 1 <= WALK_ONE_ROW_MAX_TARGETS
+    else:
+        few_channels = data.n_classes < CHANNELS_MAJOR_FROM_CLASSES
+    return 1 if few_channels else WALK_FEW_ROWS
 
 
 def _padded_lengths(counts) -> np.ndarray | None:
@@ -477,7 +496,7 @@ class KernelRunner:
         # the walks the class lanes and two-class walks above left: channels-major
         walk = name == "full" and scans_own_length(self.data)
         if walk and self._few_rows(rows, length):
-            return WALK_FEW_ROWS
+            return _walk_few_rows(self.data)
         # class-ordered sweeps carry one count per (row, cut), whatever the classes
         channels = 1 if uses_class_order(self.data) else int(self.data.sorted_scan.shape[-1])
         per_row = cuts * (length + 1) * channels
