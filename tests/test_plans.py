@@ -279,9 +279,9 @@ def test_parallel_plan_counts_in_32_bits(monkeypatch):
 def test_channels_major_calls(monkeypatch, kind):
     """The channels-major walk's calls: at least WALK_MIN_ROWS rows; for a request of
     at most FEW_ROWS rows past FEW_ROWS_FROM samples one row a call for one target,
-    WALK_FEW_ROWS for more targets and for 8 classes or more; a row's losses are the
-    same numbers in a call of any size (float sums too: each row's sums are its own
-    lane's, formed in one order)."""
+    WALK_FEW_ROWS for more targets and for 8 classes or more, and a larger request's
+    last few rows likewise; a row's losses are the same numbers in a call of any size
+    (float sums too: each row's sums are its own lane's, formed in one order)."""
     import jax
 
     from qbnb_jax._device import runner as runner_module
@@ -312,11 +312,27 @@ def test_channels_major_calls(monkeypatch, kind):
             1 if one_row else runner_module.WALK_FEW_ROWS)
     for rows in (few + 1, 40, 1000):
         assert runner._chunk(4, data.length, rows) >= runner_module.WALK_MIN_ROWS
-    many = 40
+    chunk = runner._chunk(4, data.length, 1000)
+    few_chunk = 1 if one_row else runner_module.WALK_FEW_ROWS
+    many = chunk + 5  # a whole call and a tail of 5 rows in few-row calls
+    tail_limit = runner_module.WALK_TAIL_ROWS if one_row else few
+    assert runner._calls("full", many, chunk, data.length) == (
+        [(0, chunk)] + [(r0, few_chunk) for r0 in range(chunk, many, few_chunk)])
+    assert runner._calls("full", chunk + tail_limit + 1, chunk, data.length) == [
+        (0, chunk), (chunk, chunk)]
+    calls = []
+    run_chunk = runner_module.run_all
+
+    def spy(fn, items):
+        calls.extend(items)
+        return run_chunk(fn, items)
+
+    monkeypatch.setattr(runner_module, "run_all", spy)
     f0, f = rng.integers(0, p, many), rng.integers(0, p, many)
     cuts = np.sort(rng.integers(1, n, (many, 4)), axis=1)
     with jax.enable_x64(True):
         wide = runner.full(f0, f, cuts)
-        part = slice(many - few, many)
+        assert calls[0] == (0, chunk) and calls[-1][1] == few_chunk, calls
+        part = slice(many - few - 5, many)  # rows of the whole call and of the tail
         narrow = runner.full(f0[part], f[part], cuts[part])
     assert all(np.array_equal(a, b[part]) for a, b in zip(narrow, wide))

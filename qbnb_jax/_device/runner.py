@@ -89,6 +89,11 @@ SUBSET_LANE_ROWS = 128
 WALK_MIN_ROWS = 32
 WALK_FEW_ROWS = 4
 WALK_ONE_ROW_MAX_TARGETS = 1
+# A larger request's last `rows % chunk` rows go in one-row calls, where at most this
+# many, rather than in a call padded to `chunk` (KernelRunner._calls): by the costs
+# above, 16 one-row calls cost 0.5-0.85 times one 32-row call, and 8 rows in 4-row
+# calls (three targets) about 0.7 times.
+WALK_TAIL_ROWS = 16
 # A call of at most FEW_ROWS rows, on the sequential plan from FEW_ROWS_FROM padded
 # samples, sweeps FEW_ROWS_CHUNK rows a call (the calls on the threads) where the
 # kernel would pad it to a full call: a walk's lanes (`sweep_rows` then sweeps each row
@@ -518,6 +523,27 @@ class KernelRunner:
         # positions, at a cost per step that more rows share
         return min(chunk * BIG_CHUNK_FACTOR, max(chunk, pow2_at_least(-(-rows // THREADS))))
 
+    def _calls(self, name: str, rows: int, chunk: int, length: int) -> list[tuple[int, int]]:
+        """`(first row, rows)` of each call of a request of `rows` rows: calls of `chunk`
+        rows, but for a channels-major walk the last `rows % chunk` rows in calls of
+        `_walk_few_rows` where they are few (WALK_TAIL_ROWS), rather than a call padded
+        to `chunk` rows. Largest first, so the threads start on them."""
+        tail = rows % chunk
+        few = _walk_few_rows(self.data)
+        if (name != "full" or jax.device_count() > 1 or rows < chunk or not tail
+                or tail > (WALK_TAIL_ROWS if few == 1 else FEW_ROWS)
+                or not self._few_rows(0, length) or not self._walks_channels_major()):
+            return [(r0, chunk) for r0 in range(0, rows, chunk)]
+        whole = rows - tail
+        return ([(r0, chunk) for r0 in range(0, whole, chunk)]
+                + [(r0, few) for r0 in range(whole, rows, few)])
+
+    def _walks_channels_major(self) -> bool:
+        """Whether full sweeps of this data take the channels-major walk."""
+        data = self.data
+        return (scans_own_length(data) and not sweeps_class_lanes(data)
+                and not walks_two_class_rows(data))
+
     def _run(self, name, fn, length, row_arrays, cuts, extra_statics, cut_block=MAX_CUTS,
              data=None, row_length=None):
         """Pad rows/cuts to buckets, split into calls, return (prefix, suffix) numpy.
@@ -539,6 +565,7 @@ class KernelRunner:
         # One call's rows: a cache-sized chunk per device.
         chunk = self._chunk(cut_block, length, rows // jax.device_count(), name)
         chunk *= jax.device_count()
+        calls = self._calls(name, rows, chunk, length)
         stop = _stop_check()
 
         def place(rows_of_call: tuple[np.ndarray, ...]):
@@ -552,28 +579,31 @@ class KernelRunner:
                 block = np.concatenate(
                     [block, np.repeat(block[:, -1:], cut_block - width, axis=1)], axis=1
                 )
-            padded_rows = -(-rows // chunk) * chunk
+            padded_rows = max(r0 + size for r0, size in calls)
             padded = [_zero_padded(a, padded_rows) for a in (*row_arrays, block)]
-            first = (data, *place(tuple(a[:chunk] for a in padded)))
             stop()
-            exe = self._executable(name, fn, first, extra_statics)
+            exes = {size: self._executable(
+                        name, fn, (data, *place(tuple(a[:size] for a in padded))), extra_statics)
+                    for size in sorted({size for _, size in calls}, reverse=True)}
 
-            def run_chunk(r0: int, exe=exe, padded=padded, c0=c0, width=width) -> None:
+            def run_chunk(call: tuple[int, int], exes=exes, padded=padded, c0=c0,
+                          width=width) -> None:
                 stop()
-                r1 = min(rows, r0 + chunk)
-                args = tuple(a[r0 : r0 + chunk] for a in padded)
+                r0, size = call
+                r1 = min(rows, r0 + size)
+                args = tuple(a[r0 : r0 + size] for a in padded)
                 start = time.perf_counter()
-                pre, suf = (np.asarray(a) for a in exe(data, *place(args)))
+                pre, suf = (np.asarray(a) for a in exes[size](data, *place(args)))
                 self._account_call(start, args, (pre, suf))
                 out_pre[r0:r1, c0 : c0 + width] = pre[: r1 - r0, :width]
                 out_suf[r0:r1, c0 : c0 + width] = suf[: r1 - r0, :width]
 
             # One cache-sized call per chunk of rows. An XLA CPU call runs on one core
             # and releases the GIL, so calls from a few threads use the other cores.
-            run_all(run_chunk, range(0, rows, chunk))
+            run_all(run_chunk, calls)
             walked = (rows * length if row_length is None else
                       sum(len(part) * int(part[-1]) for part in
-                          (row_length[r0 : r0 + chunk] for r0 in range(0, rows, chunk))))
+                          (row_length[r0 : r0 + size] for r0, size in calls)))
             self.counters.add(rows_evaluated=rows, cut_evaluations=rows * width,
                               cut_elements=cut_block * walked)
         return out_pre, out_suf
