@@ -471,7 +471,12 @@ class KernelRunner:
     def _few_rows(self, rows: int, length: int) -> bool:
         """Whether a call of `rows` rows over `length` positions goes FEW_ROWS_CHUNK
         rows at a time (FEW_ROWS)."""
-        return rows <= FEW_ROWS and length >= FEW_ROWS_FROM and self.data.plan == "sequential"
+        return rows <= FEW_ROWS and self._splits_few_rows(length)
+
+    def _splits_few_rows(self, length: int) -> bool:
+        """Whether few rows over `length` positions go in calls of their own rather than
+        in a padded call (FEW_ROWS_FROM, the sequential plan)."""
+        return length >= FEW_ROWS_FROM and self.data.plan == "sequential"
 
     def _chunk(self, cuts: int, length: int, rows: int, name: str = "full") -> int:
         if name == "rows" or (name == "full" and uses_class_order(self.data)
@@ -498,8 +503,7 @@ class KernelRunner:
             most = (TWO_CLASS_WALK_ROWS if np.issubdtype(self.data.sorted_scan.dtype, np.integer)
                     else TWO_CLASS_FLOAT_WALK_ROWS)
             return min(most, max(most // 4, pow2_at_least(-(-rows // THREADS))))
-        # the walks the class lanes and two-class walks above left: channels-major
-        walk = name == "full" and scans_own_length(self.data)
+        walk = name == "full" and self._walks_channels_major()
         if walk and self._few_rows(rows, length):
             return _walk_few_rows(self.data)
         # class-ordered sweeps carry one count per (row, cut), whatever the classes
@@ -529,14 +533,14 @@ class KernelRunner:
         `_walk_few_rows` where they are few (WALK_TAIL_ROWS), rather than a call padded
         to `chunk` rows. Largest first, so the threads start on them."""
         tail = rows % chunk
-        few = _walk_few_rows(self.data)
-        if (name != "full" or jax.device_count() > 1 or rows < chunk or not tail
-                or tail > (WALK_TAIL_ROWS if few == 1 else FEW_ROWS)
-                or not self._few_rows(0, length) or not self._walks_channels_major()):
-            return [(r0, chunk) for r0 in range(0, rows, chunk)]
-        whole = rows - tail
-        return ([(r0, chunk) for r0 in range(0, whole, chunk)]
-                + [(r0, few) for r0 in range(whole, rows, few)])
+        whole = rows - tail if rows > chunk and tail else rows
+        if (whole < rows and name == "full" and jax.device_count() == 1
+                and self._splits_few_rows(length) and self._walks_channels_major()):
+            few = _walk_few_rows(self.data)
+            if tail <= (WALK_TAIL_ROWS if few == 1 else FEW_ROWS):
+                return ([(r0, chunk) for r0 in range(0, whole, chunk)]
+                        + [(r0, few) for r0 in range(whole, rows, few)])
+        return [(r0, chunk) for r0 in range(0, rows, chunk)]
 
     def _walks_channels_major(self) -> bool:
         """Whether full sweeps of this data take the channels-major walk."""
