@@ -160,3 +160,67 @@ def test_float_side_cutoffs_margin_lets_stopped_sides_prune(monkeypatch):
     search.offer(5.0, None)
     monkeypatch.undo()
     assert search.cutoff_margin() == 0.0
+
+
+def _regression_problem(n=400, seed=11):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    return X, np.sin(2 * X[:, 0]) + X[:, 1] * X[:, 2] + 0.3 * rng.normal(size=n)
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_solved_cuts_skip_and_tighten_the_later_cuts(monkeypatch, task):
+    """Within an iteration a cut in a piece that the cuts solved so far already rule
+    out is not solved, and the others take their side cutoffs from the solved cuts
+    beside them (docs/design.md, "Depth 3 and deeper"). With every cut solved from the
+    tuple's ends the same optimum takes more side solves (counted, not timed)."""
+    from qbnb_jax._search import deep
+
+    X, y = _regression_problem() if task == "regression" else _noisy_problem(n=600, p=4, seed=5)
+    lean = solve(X, y, task=task, depth=3)
+    monkeypatch.setattr(deep.DeepSearch, "cut_can_help", lambda self, *args: True)
+    monkeypatch.setattr(deep.DeepSearch, "side_floors",
+                        lambda self, ends, *args: (float(ends[0]), float(ends[3])))
+    full = solve(X, y, task=task, depth=3)
+    assert lean.status == full.status == "optimal"
+    assert lean.objective == pytest.approx(full.objective, rel=1e-9)
+    assert lean.stats["subproblems"] < full.stats["subproblems"]
+    assert lean.stats["cut_elements"] < full.stats["cut_elements"]
+
+
+def test_side_floors_and_skipped_cuts_read_only_solved_cuts():
+    """A cut's floors are the largest bounds of P solved to its left and of S to its
+    right, never below the tuple's ends, and nothing unsolved counts; under leaf limits
+    sides are not monotone and the floors stay the ends'. A cut is skipped only where
+    the piece around it, between solved cuts, cannot beat the incumbent."""
+    import dataclasses
+
+    from qbnb_jax._problem.leaf_limits import LeafLimits
+    from qbnb_jax._search.frontier import RootFrontier
+
+    X, y = _noisy_problem(n=200, p=3, seed=4)
+    problem = make_problem(X, y, task="classification")
+    search = DeepSearch(problem, SearchOptions.make(bound="w0", s=3), depth=3)
+    ends = np.array([1.0, 17.0, 12.0, 2.0])  # P_lo, S_lo, P_hi, S_hi
+    prefix, suffix = np.array([5.0, 9.0, 11.0]), np.array([17.0, 17.0, 6.0])
+    solved = np.array([True, False, True])
+    assert search.side_floors(ends, 1, prefix, suffix, solved) == (5.0, 6.0)
+    assert search.side_floors(ends, 0, prefix, suffix, solved) == (1.0, 6.0)
+    assert search.side_floors(ends, 2, prefix, suffix, solved) == (5.0, 2.0)
+    assert search.side_floors(ends, 1, prefix, suffix, np.zeros(3, bool)) == (1.0, 2.0)
+    limited = DeepSearch(dataclasses.replace(problem, leaf_limits=LeafLimits(5, 0.0)),
+                         SearchOptions.make(bound="w0", s=3), depth=3)
+    assert limited.side_floors(ends, 1, prefix, suffix, solved) == (1.0, 2.0)
+
+    frontier = RootFrontier(root=np.array([0]), lo=np.array([1]), hi=np.array([40]),
+                            lower_bound=np.zeros(1), ends=ends[None])
+    cuts = np.array([10, 20, 30])
+    # each threshold holds a sample at least, so the slack terms P(b) + S(a) - W of
+    # the pieces (0, 20) and (20, 41) are at most 9 + 17 - 20 and 12 + 17 - 21
+    search.offer(22.0, None)  # the piece (0, 20) is bounded by P(0) + S(20) = 1 + 17
+    middle = np.array([False, True, False])
+    assert search.cut_can_help(frontier, 0, cuts, 0, prefix, suffix, middle)
+    search.offer(18.0, None)  # now it cannot beat U; (20, 41) by P(20) + S(41) = 11
+    assert not search.cut_can_help(frontier, 0, cuts, 0, prefix, suffix, middle)
+    assert search.cut_can_help(frontier, 0, cuts, 2, prefix, suffix, middle)
+    assert search.cut_can_help(frontier, 0, cuts, 1, prefix, suffix, np.zeros(3, bool))
