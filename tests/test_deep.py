@@ -196,31 +196,33 @@ def test_side_floors_and_skipped_cuts_read_only_solved_cuts():
     import dataclasses
 
     from qbnb_jax._problem.leaf_limits import LeafLimits
-    from qbnb_jax._search.frontier import RootFrontier
+    from qbnb_jax._search.frontier import RootFrontier, TupleCuts
 
     X, y = _noisy_problem(n=200, p=3, seed=4)
     problem = make_problem(X, y, task="classification")
     search = DeepSearch(problem, SearchOptions.make(bound="w0", s=3), depth=3)
     ends = np.array([1.0, 17.0, 12.0, 2.0])  # P_lo, S_lo, P_hi, S_hi
     prefix, suffix = np.array([5.0, 9.0, 11.0]), np.array([17.0, 17.0, 6.0])
-    solved = np.array([True, False, True])
-    assert search.side_floors(ends, 1, prefix, suffix, solved) == (5.0, 6.0)
-    assert search.side_floors(ends, 0, prefix, suffix, solved) == (1.0, 6.0)
-    assert search.side_floors(ends, 2, prefix, suffix, solved) == (5.0, 2.0)
-    assert search.side_floors(ends, 1, prefix, suffix, np.zeros(3, bool)) == (1.0, 2.0)
+
+    def known(*solved):
+        return TupleCuts(np.array([10, 20, 30]), prefix, suffix, np.array(solved))
+
+    assert search.side_floors(ends, known(True, False, True), 1) == (5.0, 6.0)
+    assert search.side_floors(ends, known(True, False, True), 0) == (1.0, 6.0)
+    assert search.side_floors(ends, known(True, False, True), 2) == (5.0, 2.0)
+    assert search.side_floors(ends, known(False, False, False), 1) == (1.0, 2.0)
     limited = DeepSearch(dataclasses.replace(problem, leaf_limits=LeafLimits(5, 0.0)),
                          SearchOptions.make(bound="w0", s=3), depth=3)
-    assert limited.side_floors(ends, 1, prefix, suffix, solved) == (1.0, 2.0)
+    assert limited.side_floors(ends, known(True, False, True), 1) == (1.0, 2.0)
 
     frontier = RootFrontier(root=np.array([0]), lo=np.array([1]), hi=np.array([40]),
                             lower_bound=np.zeros(1), ends=ends[None])
-    cuts = np.array([10, 20, 30])
     # each threshold holds a sample at least, so the slack terms P(b) + S(a) - W of
     # the pieces (0, 20) and (20, 41) are at most 9 + 17 - 20 and 12 + 17 - 21
     search.offer(22.0, None)  # the piece (0, 20) is bounded by P(0) + S(20) = 1 + 17
-    middle = np.array([False, True, False])
-    assert search.cut_can_help(frontier, 0, cuts, 0, prefix, suffix, middle)
+    middle = known(False, True, False)
+    assert search.cut_can_help(frontier, 0, middle, 0)
     search.offer(18.0, None)  # now it cannot beat U; (20, 41) by P(20) + S(41) = 11
-    assert not search.cut_can_help(frontier, 0, cuts, 0, prefix, suffix, middle)
-    assert search.cut_can_help(frontier, 0, cuts, 2, prefix, suffix, middle)
-    assert search.cut_can_help(frontier, 0, cuts, 1, prefix, suffix, np.zeros(3, bool))
+    assert not search.cut_can_help(frontier, 0, middle, 0)
+    assert search.cut_can_help(frontier, 0, middle, 2)
+    assert search.cut_can_help(frontier, 0, known(False, False, False), 1)

@@ -37,7 +37,7 @@ from qbnb_jax._problem.leaf_limits import root_cut_range
 from qbnb_jax._search.budget import NO_LIMIT, host_side, three_leaf_sides
 from qbnb_jax._search.class_bound import applies, leaf_count_bounds, narrow
 from qbnb_jax._search.depth2 import shrink_pieces, solve_depth2
-from qbnb_jax._search.frontier import PieceBounds, Pieces, RootFrontier
+from qbnb_jax._search.frontier import PieceBounds, Pieces, RootFrontier, TupleCuts
 from qbnb_jax._search.search import Search
 from qbnb_jax._search.state import SearchOptions
 
@@ -382,13 +382,12 @@ class DeepSearch(Search):
         which time ran out counts as unsolved: one of its sides may have stopped early.
         """
         f0, lo, hi, ends = frontier.root, frontier.lo, frontier.hi, frontier.ends
-        swept = [self.tuple_cuts(int(lo[i]), int(hi[i])) for i in range(frontier.size)]
+        known = [TupleCuts.unsolved(self.tuple_cuts(int(lo[i]), int(hi[i])))
+                 for i in range(frontier.size)]
         groups = [[(i, jj, int(f0[i]), int(self.problem.cut_pos[f0[i], t]))
                    for i, jj, t in part[g0 : g0 + SIDE_GROUP]]
-                  for part in self.work_order(swept) for g0 in range(0, len(part), SIDE_GROUP)]
-        prefix = [np.empty(len(cuts)) for cuts in swept]  # best left side at each cut
-        suffix = [np.empty(len(cuts)) for cuts in swept]  # best right side
-        solved = [np.zeros(len(cuts), dtype=bool) for cuts in swept]
+                  for part in self.work_order([tuple_cuts.cuts for tuple_cuts in known])
+                  for g0 in range(0, len(part), SIDE_GROUP)]
         dead = np.zeros(frontier.size, dtype=bool)
         tuple_lb = frontier.lower_bound.copy()  # refined as cuts are solved
         for group in groups:
@@ -396,77 +395,68 @@ class DeepSearch(Search):
                 break
             dead |= ~self.can_improve(tuple_lb)
             group = [item for item in group if not dead[item[0]]
-                     and self.cut_can_help(frontier, item[0], swept[item[0]], item[1],
-                                           prefix[item[0]], suffix[item[0]], solved[item[0]])]
+                     and self.cut_can_help(frontier, item[0], known[item[0]], item[1])]
             keys, cutoffs = [], []
             margin = self.cutoff_margin()
             for i, jj, r, k in group:
-                p_floor, s_floor = self.side_floors(ends[i], jj, prefix[i], suffix[i], solved[i])
+                p_floor, s_floor = self.side_floors(ends[i], known[i], jj)
                 keys += [(r, k, LEFT), (r, k, RIGHT)]
                 cutoffs += [self.incumbent - self.options.penalty - s_floor + margin,
                             self.incumbent - p_floor + margin]
             yield keys, cutoffs
             complete = not self.options.out_of_time()
             for i, jj, r, k in group:
-                prefix[i][jj], suffix[i][jj] = self.root_split(r, k)
-                solved[i][jj] = complete
+                known[i].prefix[jj], known[i].suffix[jj] = self.root_split(r, k)
+                known[i].solved[jj] = complete
                 for which in (LEFT, RIGHT):  # a cut is evaluated once: its trees go
                     lb, ub, _ = self.sides[r, k, which]
                     self.sides[r, k, which] = (lb, ub, None)
             if complete and group:  # the tuples' bounds from the cuts solved so far
                 for i in {item[0] for item in group}:
-                    tuple_lb[i] = max(tuple_lb[i], self.partial_bound(
-                        frontier, i, swept[i][solved[i]], prefix[i][solved[i]],
-                        suffix[i][solved[i]]))
+                    tuple_lb[i] = max(tuple_lb[i], self.partial_bound(frontier, i, known[i]))
                 if self.options.anytime:
                     self.record_bound(tuple_lb[~dead])
                     if self.gap_reached(np.zeros(1, dtype=np.int64)):
                         break
         children = []
         for i in np.nonzero(~dead)[0]:
-            if not solved[i].any():
+            if not known[i].solved.any():
                 children.append(frontier.take([i]))
                 continue
-            at = solved[i]
-            cuts = np.concatenate([[lo[i] - 1], swept[i][at], [hi[i] + 1]])
-            left = np.concatenate([[ends[i, 0]], prefix[i][at], [ends[i, 2]]])
-            right = np.concatenate([[ends[i, 1]], suffix[i][at], [ends[i, 3]]])
+            cuts, left, right = known[i].with_ends(lo[i], hi[i], ends[i])
             children.append(self.split_tuple(int(f0[i]), cuts, left, right))
         return RootFrontier.concatenate(children) if children else frontier.take(slice(0, 0))
 
-    def cut_can_help(self, frontier: RootFrontier, i: int, cuts: np.ndarray, jj: int,
-                     left: np.ndarray, right: np.ndarray, solved: np.ndarray) -> bool:
+    def cut_can_help(self, frontier: RootFrontier, i: int, known: TupleCuts, jj: int) -> bool:
         """Whether tuple i's cut jj lies in a piece, between the cuts solved so far
-        (and the tuple's ends), whose bound can still beat the incumbent. Where it
-        cannot, the cut is not solved: every tree with a root cut in that piece,
+        (`known`) and the tuple's ends, whose bound can still beat the incumbent. Where
+        it cannot, the cut is not solved: every tree with a root cut in that piece,
         this one's included, is ruled out, and `split_tuple` prunes the piece whole."""
-        if not solved.any():
+        if not known.solved.any():
             return True
-        lo, hi, ends = frontier.lo[i], frontier.hi[i], frontier.ends[i]
-        at = np.concatenate([[lo - 1], cuts[solved], [hi + 1]])
-        piece = int(np.searchsorted(at, cuts[jj])) - 1
+        cuts, left, right = known.with_ends(frontier.lo[i], frontier.hi[i], frontier.ends[i])
+        piece = int(np.searchsorted(cuts, known.cuts[jj])) - 1
         around = slice(piece, piece + 2)
-        bounds = self.piece_bounds(
-            int(frontier.root[i]), at[around],
-            self.piece_ends(np.concatenate([[ends[0]], left[solved], [ends[2]]])[around],
-                            np.concatenate([[ends[1]], right[solved], [ends[3]]])[around]))
+        bounds = self.piece_bounds(int(frontier.root[i]), cuts[around],
+                                   self.piece_ends(left[around], right[around]))
         return bool(self.can_improve(bounds)[0])
 
-    def side_floors(self, ends: np.ndarray, jj: int, prefix: np.ndarray, suffix: np.ndarray,
-                    solved: np.ndarray) -> tuple[float, float]:
+    def side_floors(self, ends: np.ndarray, known: TupleCuts, jj: int) -> tuple[float, float]:
         """`(P floor, S floor)`: lower bounds of a tuple's left and right sides at its
         cut jj, from which that cut's sides get their cutoffs (docs/design.md, "Side
         cutoffs and the tolerance"). A side only grows, so the bounds of P at the cuts
-        solved before it on the left, and of S at those after it on the right, bound
-        its P and S, as the tuple's carried ends do (`ends`: `P_lo, S_lo, P_hi, S_hi`).
-        The two floors also bound the other side at the pieces next to the cut (between
-        it and those solved cuts), which a side stopped at its cutoff must rule out.
-        Under leaf limits sides are not monotone: the carried ends' floors, 0."""
+        solved before it on the left, and of S at those after it on the right
+        (`known`), bound its P and S, as the tuple's carried ends do (`ends`: `P_lo,
+        S_lo, P_hi, S_hi`). The two floors also bound the other side at the pieces next
+        to the cut (between it and those solved cuts), which a side stopped at its
+        cutoff must rule out. Under leaf limits sides are not monotone: the carried
+        ends' floors, 0."""
         p_floor, s_floor = float(ends[0]), float(ends[3])
         if self.problem.leaf_limits is not None:
             return p_floor, s_floor
-        p_floor = max(p_floor, float(prefix[:jj][solved[:jj]].max(initial=-np.inf)))
-        s_floor = max(s_floor, float(suffix[jj + 1:][solved[jj + 1:]].max(initial=-np.inf)))
+        before, after = known.solved[:jj], known.solved[jj + 1:]
+        p_floor = max(p_floor, float(known.prefix[:jj][before].max(initial=-np.inf)))
+        s_floor = max(s_floor, float(known.suffix[jj + 1:][after].max(initial=-np.inf)))
         return p_floor, s_floor
 
     def cutoff_margin(self) -> float:
@@ -507,17 +497,12 @@ class DeepSearch(Search):
             visit(i, cuts, 0, len(cuts), 0)
         return parts
 
-    def partial_bound(self, frontier: RootFrontier, i: int, cuts: np.ndarray,
-                      left: np.ndarray, right: np.ndarray) -> float:
-        """A bound of tuple i's trees from the sides at some of its cuts (`cuts`,
-        ascending, with the best sides or their bounds `left`, `right`): the least
-        piece bound of `split_tuple` over the pieces with a root cut still open. The
-        trees at the solved cuts were evaluated (offered, or no better than the
-        incumbent)."""
-        lo, hi, ends = frontier.lo[i], frontier.hi[i], frontier.ends[i]
-        cuts = np.concatenate([[lo - 1], cuts, [hi + 1]])
-        left = np.concatenate([[ends[0]], left, [ends[2]]])
-        right = np.concatenate([[ends[1]], right, [ends[3]]])
+    def partial_bound(self, frontier: RootFrontier, i: int, known: TupleCuts) -> float:
+        """A bound of tuple i's trees from the sides at the cuts solved so far
+        (`known`): the least piece bound of `split_tuple` over the pieces with a root
+        cut still open. The trees at the solved cuts were evaluated (offered, or no
+        better than the incumbent)."""
+        cuts, left, right = known.with_ends(frontier.lo[i], frontier.hi[i], frontier.ends[i])
         piece_lb = self.piece_bounds(int(frontier.root[i]), cuts, self.piece_ends(left, right))
         is_open = cuts[1:] - cuts[:-1] >= 2
         return float(piece_lb[is_open].min(initial=np.inf))

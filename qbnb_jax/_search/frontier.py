@@ -3,8 +3,9 @@
 A frontier is a few parallel arrays over its T tuples; these records name them and
 give their shapes, so that the searches pass one record rather than the arrays.
 `Frontier` is the depth-2 frontier of `_search/depth2.py` (many problems at once),
-`RootFrontier` that of the deeper search over the root split (`_search/deep.py`); `Pieces`,
-`PieceFeatures` and `PieceBounds` describe the pieces between a tuple's cuts.
+`RootFrontier` that of the deeper search over the root split (`_search/deep.py`), whose
+`TupleCuts` holds one tuple's cuts of an iteration; `Pieces`, `PieceFeatures` and
+`PieceBounds` describe the pieces between a tuple's cuts.
 """
 
 from __future__ import annotations
@@ -103,3 +104,28 @@ class RootFrontier(NamedTuple):
     @staticmethod
     def concatenate(parts: list[RootFrontier]) -> RootFrontier:
         return RootFrontier(*(np.concatenate(field) for field in zip(*parts)))
+
+
+class TupleCuts(NamedTuple):
+    """One root tuple's cuts in an iteration of the deep search (`_search/deep.py`) and
+    the bounds of its two sides at those solved so far (filled in as they are)."""
+
+    cuts: np.ndarray  # (s,) int64: threshold indices inside the tuple, ascending
+    prefix: np.ndarray  # (s,) float: bound of P, the left side's best loss, where solved
+    suffix: np.ndarray  # (s,) float: bound of S, the right side's
+    solved: np.ndarray  # (s,) bool
+
+    @classmethod
+    def unsolved(cls, cuts: np.ndarray) -> TupleCuts:
+        return cls(cuts, np.empty(len(cuts)), np.empty(len(cuts)),
+                   np.zeros(len(cuts), dtype=bool))
+
+    def with_ends(self, lo: int, hi: int, ends: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`(cuts, left, right)`: the solved cuts between the tuple's ends lo - 1 and
+        hi + 1, with the bounds of P and S at each (at the ends, the carried `ends`
+        `P_lo, S_lo, P_hi, S_hi`)."""
+        at = self.solved
+        return (np.concatenate([[lo - 1], self.cuts[at], [hi + 1]]),
+                np.concatenate([[ends[0]], self.prefix[at], [ends[2]]]),
+                np.concatenate([[ends[1]], self.suffix[at], [ends[3]]]))
