@@ -1100,6 +1100,14 @@ def walks_two_class_rows(data: SweepData) -> bool:
             and data.length < BLOCKED_FROM)
 
 
+def walks_channels_major_rows(data: SweepData) -> bool:
+    """Whether `sweep_full` and `sweep_full_within` walk `_channels_major_full_rows`:
+    the walk `_walked_rows` takes where neither the class lanes nor the two-class walk
+    do."""
+    return (scans_own_length(data) and not sweeps_class_lanes(data)
+            and not walks_two_class_rows(data))
+
+
 def _walked_rows(data: SweepData, problem, f0, f, cuts, steps, root_totals: bool = False
                  ) -> tuple[Array, Array]:
     """The row sweep that walks the first `steps` positions one by one."""

@@ -35,6 +35,7 @@ from qbnb_jax._device.kernels import (
     sweeps_class_lanes,
     sweeps_rows_apart,
     uses_class_order,
+    walks_channels_major_rows,
     walks_two_class_rows,
 )
 from qbnb_jax._device.limits import limit_data, sweep_limited
@@ -503,7 +504,7 @@ class KernelRunner:
             most = (TWO_CLASS_WALK_ROWS if np.issubdtype(self.data.sorted_scan.dtype, np.integer)
                     else TWO_CLASS_FLOAT_WALK_ROWS)
             return min(most, max(most // 4, pow2_at_least(-(-rows // THREADS))))
-        walk = name == "full" and self._walks_channels_major()
+        walk = name == "full" and walks_channels_major_rows(self.data)
         if walk and self._few_rows(rows, length):
             return _walk_few_rows(self.data)
         # class-ordered sweeps carry one count per (row, cut), whatever the classes
@@ -535,18 +536,12 @@ class KernelRunner:
         tail = rows % chunk
         whole = rows - tail if rows > chunk and tail else rows
         if (whole < rows and name == "full" and jax.device_count() == 1
-                and self._splits_few_rows(length) and self._walks_channels_major()):
+                and self._splits_few_rows(length) and walks_channels_major_rows(self.data)):
             few = _walk_few_rows(self.data)
             if tail <= (WALK_TAIL_ROWS if few == 1 else FEW_ROWS):
                 return ([(r0, chunk) for r0 in range(0, whole, chunk)]
                         + [(r0, few) for r0 in range(whole, rows, few)])
         return [(r0, chunk) for r0 in range(0, rows, chunk)]
-
-    def _walks_channels_major(self) -> bool:
-        """Whether full sweeps of this data take the channels-major walk."""
-        data = self.data
-        return (scans_own_length(data) and not sweeps_class_lanes(data)
-                and not walks_two_class_rows(data))
 
     def _run(self, name, fn, length, row_arrays, cuts, extra_statics, cut_block=MAX_CUTS,
              data=None, row_length=None):
