@@ -14,9 +14,8 @@ from qbnb_jax._problem.data import (
     reweighted_samples,
     stable_order,
 )
-from qbnb_jax._problem.host import stump_losses, stumps_of_all_shared
+from qbnb_jax._problem.host import row_searchsorted, stump_losses, stumps_of_all_shared
 from qbnb_jax._problem.leaf_limits import LeafLimits
-from qbnb_jax._search.depth2 import row_searchsorted
 
 
 @pytest.mark.parametrize("n_rows", [1, 5, 80])  # the row-by-row path and the binary search

@@ -915,6 +915,11 @@ class CompactedSide(Problem):
     def n_channels(self) -> int:
         return int(self.__dict__["_rows"][0].n_channels)
 
+    @property
+    def parent_ids(self) -> np.ndarray:
+        """`(n,)`: each sample's index in the parent problem."""
+        return self.__dict__["_rows"][1]
+
     def __getattr__(self, name: str):  # only for attributes not in the instance
         if name in ("X", "y", "stats"):
             parent, idx = self.__dict__["_rows"]

@@ -789,3 +789,31 @@ def _depth2_nodes(sums: np.ndarray, features, thresholds) -> list[list]:
 
     emit((f0, thresholds[0], left, right, [0, 1], [2, 3]), [0, 1, 2, 3])
     return nodes
+
+
+def row_searchsorted(table: np.ndarray, rows: np.ndarray, values: np.ndarray,
+                     side: str, lo: np.ndarray | None = None,
+                     hi: np.ndarray | None = None) -> np.ndarray:
+    """`np.searchsorted(table[rows[i]], values[i], side)` for every i, vectorised,
+    clipped to `[lo[i], hi[i]]` when given (a search of that window alone).
+
+    A binary search over ascending rows, exact for floats (no offsets added); with
+    few distinct rows, numpy's own search row by row is faster.
+    """
+    distinct = np.unique(rows)
+    if len(distinct) <= 32:
+        out = np.empty(len(values), dtype=np.int64)
+        for row in distinct:
+            at = rows == row
+            out[at] = np.searchsorted(table[row], values[at], side=side)
+        return out if lo is None else np.clip(out, lo, hi)
+    lo = np.zeros(len(values), dtype=np.int64) if lo is None else lo.astype(np.int64)
+    hi = np.full(len(values), table.shape[1], dtype=np.int64) if hi is None else hi
+    for _ in range(int((hi - lo).max(initial=0)).bit_length()):
+        mid = (lo + hi) // 2
+        probe = table[rows, np.minimum(mid, table.shape[1] - 1)]
+        go_right = (probe <= values) if side == "right" else (probe < values)
+        go_right &= mid < hi
+        lo = np.where(go_right, mid + 1, lo)
+        hi = np.where(go_right, hi, mid)
+    return lo

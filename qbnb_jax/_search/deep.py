@@ -22,6 +22,7 @@ valid lower bound for every piece that uses it.
 
 from __future__ import annotations
 
+import bisect
 import concurrent.futures
 import functools
 import threading
@@ -39,9 +40,15 @@ from qbnb_jax._search.class_bound import applies, leaf_count_bounds, narrow
 from qbnb_jax._search.depth2 import shrink_pieces, solve_depth2
 from qbnb_jax._search.frontier import PieceBounds, Pieces, RootFrontier, TupleCuts
 from qbnb_jax._search.search import Search
+from qbnb_jax._search.seeds import SideBounds
 from qbnb_jax._search.state import SearchOptions
 
 LEFT, RIGHT = 0, 1
+# Threshold bounds kept of solved sides per search (`DeepSearch.keep_side_bounds`):
+# a side's take tens of kilobytes, and only those inside the live root tuples are
+# kept (`forget_side_bounds`). Per search, not per batch, so that a search takes the
+# same path in a batch as alone.
+SIDE_BOUND_BYTES = 1 << 25
 SIDE_GROUP = 32  # root cuts per batch of side solves (64 depth-2 searches in one frontier)
 # Sides up to this many samples share a batch whatever their sizes: padding them is
 # cheaper than more batches (about half the kernel calls at depth 3).
@@ -130,8 +137,65 @@ class DeepSearch(Search):
         self.budgets = budgets
         self.side_options = options.quiet()  # the subtrees' searches report nothing
         self.sides: dict[tuple[int, int, int], tuple[float, float, object]] = {}
+        # the bounds each solved side's root thresholds left its search with, and the
+        # root cuts of (f0, which) that have them, ascending (`nested_bounds`)
+        self.side_bounds: dict[tuple[int, int, int], SideBounds] = {}
+        self.bound_cuts: dict[tuple[int, int], list[int]] = {}
+        self.side_bound_bytes = 0
         self.subproblems = 0
         self.leaf_bounds = None  # `narrowed`'s, built when first needed
+
+    def keep_side_bounds(self, key, bounds: SideBounds) -> None:
+        """Keep side `key`'s threshold bounds for the sides that hold it
+        (`nested_bounds`), up to SIDE_BOUND_BYTES in all."""
+        if self.side_bound_bytes + bounds.nbytes > SIDE_BOUND_BYTES:
+            return
+        self.side_bound_bytes += bounds.nbytes
+        self.side_bounds[key] = bounds
+        bisect.insort(self.bound_cuts.setdefault((key[0], key[2]), []), key[1])
+
+    def forget_side_bounds(self, frontier: RootFrontier) -> None:
+        """Drop the kept bounds that no later side reads: a later cut falls inside a
+        live root tuple, and reads the nearest left side at or before the tuple's
+        first cut or the nearest right side at or after its last (`nested_bounds`),
+        or one in between."""
+        if not self.side_bounds:
+            return
+        cut_pos = self.problem.cut_pos
+        first = cut_pos[frontier.root, frontier.lo - 1].tolist()
+        last = cut_pos[frontier.root, frontier.hi + 1].tolist()
+        read = set()
+        for (f0, which), cuts in self.bound_cuts.items():
+            for root, a, b in zip(frontier.root.tolist(), first, last):
+                if root != f0:
+                    continue
+                if which == LEFT:
+                    lo, hi = max(bisect.bisect_right(cuts, a) - 1, 0), bisect.bisect_right(cuts, b)
+                else:
+                    lo, hi = bisect.bisect_left(cuts, a), bisect.bisect_left(cuts, b) + 1
+                read.update((f0, k, which) for k in cuts[lo:hi])
+        for key in [key for key in self.side_bounds if key not in read]:
+            self.side_bound_bytes -= self.side_bounds.pop(key).nbytes
+            self.bound_cuts[(key[0], key[2])].remove(key[1])
+
+    def nested_bounds(self, key) -> tuple[tuple[int, int, int], SideBounds] | None:
+        """The solved side with kept bounds nearest to side `key` among those it holds
+        (left sides of smaller cuts, right sides of larger ones), and its bounds."""
+        f0, k, which = key
+        cuts = self.bound_cuts.get((f0, which))
+        if not cuts:
+            return None
+        at = bisect.bisect_left(cuts, k)
+        if which == LEFT:
+            if at == 0:
+                return None
+            inner = (f0, cuts[at - 1], which)
+        else:
+            at = bisect.bisect_right(cuts, k)
+            if at == len(cuts):
+                return None
+            inner = (f0, cuts[at], which)
+        return inner, self.side_bounds[inner]
 
     def side_budget(self, key) -> int | None:
         """Leaf budget of side `key` (None: no limit); position n is all samples."""
@@ -287,6 +351,7 @@ class DeepSearch(Search):
             if not self.begin_iteration(frontier.lower_bound):
                 return
             frontier = self.narrowed((yield from self.step_deep(frontier)))
+            self.forget_side_bounds(frontier)
             self.report(frontier.lower_bound)
         self.incumbents.prove_optimal(0)
 

@@ -36,6 +36,7 @@ from qbnb_jax._problem.host import sse_stumps_from_prefix_sums
 from qbnb_jax._search.deep import LEFT, SIDE_LAYOUT_BYTES, DeepSearch, side_threads
 from qbnb_jax._search.depth2 import solve_depth2
 from qbnb_jax._search.search import Search, depth2_splits
+from qbnb_jax._search.seeds import SeedTuples, SideBounds, ThresholdExits, seed_batch
 from qbnb_jax._search.state import SearchOptions
 
 # Sides per depth-2 search of a round. Their problem count is padded to a power of four
@@ -106,6 +107,9 @@ def solve_deep_lockstep(searches: list[DeepSearch], runner: KernelRunner,
         solve_round(searches, pending, runner, sources, layout)
         for i in list(pending):
             advance(i)
+    for search in searches:  # what seeds the sides is not needed past the search
+        search.side_bounds.clear()
+        search.bound_cuts.clear()
 
 
 def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
@@ -160,12 +164,24 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
                         runner=runner.for_compact(subs, chunks, length_steps(), count_base=4,
                                                   host_out=sent),
                         cutoff=[cutoffs[j] for j in batch])
-        solve_depth2(search, side_tables(chunks, sent))
+        tables = side_tables(chunks, sent)
+        seeds, passed_over = side_seeds([searches[owners[j]] for j in batch],
+                                        [keys[j] for j in batch], subs, tables,
+                                        [cutoffs[j] for j in batch])
+        record = any(seeds_apply(searches[owners[j]].problem) for j in batch)
+        exits = solve_depth2(search, tables, seeds=seeds, record_exits=record)
+        bounds = None
+        if exits is not None:
+            if passed_over is not None:
+                exits = exits._replace(inherited=passed_over)
+            bounds = exits.of_problems(np.array([sub.n for sub in subs]))
         for q, j in enumerate(batch):
             lower, upper, splits = search.outcome(q)
             owner = searches[owners[j]]
             owner.sides[keys[j]] = (lower, upper,
                                     lasting_splits(splits, sources[owners[j]], keys[j]))
+            if bounds is not None:
+                solved_bounds.append((j, bounds[q]))
 
     # A batch's depth-2 searches share one feature count (`solve_many` pads datasets of
     # different widths; padding features are never swept). Largest first: the last
@@ -177,7 +193,44 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
         batches += [[int(members[j]) for j in batch]
                     for batch in lockstep_batches(np.asarray(sizes)[members], int(p))[::-1]]
     batches = split_round(batches, sizes, int(widths.max()))
+    # a round's sides seed later rounds only, in request order: each batch's seeds are
+    # the same whichever thread finishes first
+    solved_bounds: list[tuple[int, SideBounds]] = []
     side_threads(solve, sorted(batches, key=lambda batch: -max(sizes[j] for j in batch)))
+    for j, bounds in sorted(solved_bounds, key=lambda item: item[0]):
+        searches[owners[j]].keep_side_bounds(keys[j], bounds)
+
+
+def seeds_apply(problem: Problem) -> bool:
+    """Whether the sides of `problem`'s depth-3 search are seeded from the solved sides
+    they hold (`side_seeds`). Not for the problems whose sides a batch may solve as
+    weightings of a shared layout (`sides_on_layout_serve`), which are not seeded:
+    seeds change which of several equal trees a search finds first, and a problem's
+    tree in a batch is the one it gets alone."""
+    return not sides_on_layout_serve(problem)
+
+
+def side_seeds(owners: list[DeepSearch], keys: list[tuple], subs: list[Problem],
+               tables: ThresholdTables, cutoffs: list[float]
+               ) -> tuple[SeedTuples | None, ThresholdExits | None]:
+    """Initial tuples of a batch's sides (`subs`, side `keys[q]` of search `owners[q]`)
+    that hold a solved side with kept bounds (`DeepSearch.nested_bounds`): their
+    depth-2 searches start on the thresholds those bounds do not rule out
+    (`_search/seeds.py`); and the bounds they inherit. None where no side has one."""
+    seeded, bounds, in_subset = [], [], []
+    for q, (owner, key, sub) in enumerate(zip(owners, keys, subs)):
+        nested = owner.nested_bounds(key) if seeds_apply(owner.problem) else None
+        if nested is None:
+            continue
+        (f0, k, which), side_bounds = nested
+        before = owner.problem.rank[f0][sub.parent_ids] < k
+        seeded.append(q)
+        bounds.append(side_bounds)
+        in_subset.append(before if which == LEFT else ~before)
+    if not seeded:
+        return None, None
+    return seed_batch(np.array(seeded), bounds, in_subset, [subs[q].perm for q in seeded],
+                      tables.cut_pos, tables.n_thresholds, np.asarray(cutoffs)[seeded])
 
 
 def split_round(batches: list[list[int]], sizes: list[int], p: int) -> list[list[int]]:

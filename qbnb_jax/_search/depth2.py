@@ -32,7 +32,7 @@ import numpy as np
 from qbnb_jax._device.kernels import CHANNELS_MAJOR_FROM_CLASSES, CLASS_LANE_ROWS
 from qbnb_jax._device.runner import KernelRunner, pow2_at_least
 from qbnb_jax._problem.data import ThresholdTables
-from qbnb_jax._problem.host import stumps_of_all_shared, stumps_of_each
+from qbnb_jax._problem.host import row_searchsorted, stumps_of_all_shared, stumps_of_each
 from qbnb_jax._problem.leaf_limits import root_cut_range
 from qbnb_jax._search.class_bound import applies, leaf_count_bounds, narrow
 from qbnb_jax._search.frontier import CutLosses, Frontier, PieceBounds, PieceFeatures, Pieces
@@ -45,6 +45,7 @@ from qbnb_jax._search.penalty import (
     side_values,
 )
 from qbnb_jax._search.search import Search
+from qbnb_jax._search.seeds import SearchExits, SeedTuples, start_exits, step_exits
 from qbnb_jax._search.state import Incumbents
 
 # The paper's s' = floor(0.6 n s / (b - a)) for W1, capped to keep rows short.
@@ -83,45 +84,23 @@ def min_last(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def row_searchsorted(table: np.ndarray, rows: np.ndarray, values: np.ndarray,
-                     side: str, lo: np.ndarray | None = None,
-                     hi: np.ndarray | None = None) -> np.ndarray:
-    """`np.searchsorted(table[rows[i]], values[i], side)` for every i, vectorised,
-    clipped to `[lo[i], hi[i]]` when given (a search of that window alone).
-
-    A binary search over ascending rows, exact for floats (no offsets added); with
-    few distinct rows, numpy's own search row by row is faster.
-    """
-    distinct = np.unique(rows)
-    if len(distinct) <= 32:
-        out = np.empty(len(values), dtype=np.int64)
-        for row in distinct:
-            at = rows == row
-            out[at] = np.searchsorted(table[row], values[at], side=side)
-        return out if lo is None else np.clip(out, lo, hi)
-    lo = np.zeros(len(values), dtype=np.int64) if lo is None else lo.astype(np.int64)
-    hi = np.full(len(values), table.shape[1], dtype=np.int64) if hi is None else hi
-    for _ in range(int((hi - lo).max(initial=0)).bit_length()):
-        mid = (lo + hi) // 2
-        probe = table[rows, np.minimum(mid, table.shape[1] - 1)]
-        go_right = (probe <= values) if side == "right" else (probe < values)
-        go_right &= mid < hi
-        lo = np.where(go_right, mid + 1, lo)
-        hi = np.where(go_right, hi, mid)
-    return lo
-
-
 def solve_depth2(search: Search, tables: ThresholdTables | None = None,
-                 runner_rows: np.ndarray | None = None) -> None:
+                 runner_rows: np.ndarray | None = None, *, seeds: SeedTuples | None = None,
+                 record_exits: bool = False) -> SearchExits | None:
     """Solve every problem of `search` (all with the same number of features).
 
     `search.runner` (default: a new one for its only problem) sweeps problem q as its
     data's problem `runner_rows[q]` (default q; one problem: the runner's
     `problem_index`). `tables`: the problems' stacked threshold tables, if known.
+    `seeds`: initial tuples of the problems they name (`_search/seeds.py`); with
+    `record_exits`, returns the bound each root threshold left the search with. Both
+    apply to searches without leaf limits, penalties or leaf budgets (None returned).
     """
     if search.runner is None:
         search.runner = KernelRunner(search.problems[0])
-    Depth2Search(search, tables, runner_rows).run()
+    depth2 = Depth2Search(search, tables, runner_rows, seeds=seeds, record_exits=record_exits)
+    depth2.run()
+    return None if depth2.exits is None else SearchExits.concatenate(depth2.exits)
 
 
 class Depth2Search:
@@ -133,7 +112,8 @@ class Depth2Search:
     """
 
     def __init__(self, search: Search, tables: ThresholdTables | None = None,
-                 runner_rows: np.ndarray | None = None):
+                 runner_rows: np.ndarray | None = None, *, seeds: SeedTuples | None = None,
+                 record_exits: bool = False):
         self.search = search
         self.incumbents: Incumbents = search.incumbents
         self.options = search.options
@@ -165,6 +145,10 @@ class Depth2Search:
                               and not self.pruned)
         self.leaf_bounds = None
         self.reported = 0.0  # elapsed seconds at the last report inside an iteration
+        # a subset's bounds hold on a superset for plain losses only (`_search/seeds.py`)
+        plain = not self.pruned and self.limits is None
+        self.seeds = seeds if plain and seeds is not None and len(seeds.seeded) else None
+        self.exits: list[SearchExits] | None = [] if plain and record_exits else None
 
     # -- driver -------------------------------------------------------------------------
     def run(self) -> None:
@@ -222,6 +206,10 @@ class Depth2Search:
         )
         if self.limits is not None:
             frontier = self.limit_roots(frontier)
+        if self.exits is not None:
+            self.exits.append(start_exits(self.cut_pos, self.n_thresholds, self.stump_all))
+        if self.seeds is not None:
+            frontier = self.seeded(frontier)
         frontier = frontier.take(frontier.lo <= frontier.hi)  # a constant feature: no cut
         if self.leaf_bound_on:  # each problem's best root stumps first: the head
             frontier = frontier.take(np.lexsort(
@@ -335,19 +323,38 @@ class Depth2Search:
             return done.value
 
     def limit_roots(self, frontier: Frontier) -> Frontier:
-        """The first tuples narrowed to the root cuts whose both sides may be leaves.
-
-        Their ends move in from the trivial cuts as `children` moves a child's: the
-        slack bounds S_lo and P_hi lose the slack of the samples passed over (docs/design.md,
-        "Leaf limits"); the monotone bounds P_lo = S_hi = 0 stay valid.
-        """
+        """The first tuples narrowed to the root cuts whose both sides may be leaves."""
         problems = self.search.problems
-        lo, hi, ends = frontier.lo.copy(), frontier.hi.copy(), frontier.ends.copy()
+        lo, hi = frontier.lo.copy(), frontier.hi.copy()
         for i, (q, f0) in enumerate(zip(frontier.problem, frontier.root)):
             pr = problems[q]
             t_min, t_max = root_cut_range(pr.leaf_limits, pr.cut_pos[f0],
                                           pr.weight[pr.perm[f0]], int(pr.n_thresholds[f0]))
             lo[i], hi[i] = max(lo[i], t_min), min(hi[i], t_max)
+        return self.moved_in(frontier, lo, hi)
+
+    def seeded(self, frontier: Frontier) -> Frontier:
+        """The first tuples with the seeded problems' replaced by their seeds (a seeded
+        problem without any has no tree that can beat its cutoff: no tuple), in
+        frontier order."""
+        seeds, p = self.seeds, self.p
+        # the first frontier: problem q's tuple of root f1 is row q * p + f1
+        moved = self.moved_in(frontier.take(seeds.problem * p + seeds.root), seeds.lo, seeds.hi)
+        # either set of ends is valid (both are lower bounds): the larger of each
+        moved = moved._replace(lower_bound=seeds.lower_bound,
+                               ends=np.maximum(moved.ends, seeds.ends))
+        rest = frontier.take(~np.isin(frontier.problem, seeds.seeded))
+        merged = Frontier.concatenate([rest, moved])
+        return merged.take(np.lexsort((merged.lo, merged.root, merged.problem)))
+
+    def moved_in(self, frontier: Frontier, lo: np.ndarray, hi: np.ndarray) -> Frontier:
+        """First tuples (ends the trivial cuts 0 and u(f0)) over lo..hi instead.
+
+        Their ends move in from the trivial cuts as `children` moves a child's: the
+        slack bounds S_lo and P_hi lose the slack of the samples passed over (docs/design.md,
+        "Leaf limits"); the monotone bounds P_lo = S_hi = 0 stay valid.
+        """
+        ends = frontier.ends.copy()
         q, f0, wl = frontier.problem, frontier.root, self.slack_left
         last = self.n_thresholds[q, f0]
         ends[:, 1] -= (wl[q, f0, np.maximum(lo - 1, 0)] - wl[q, f0, 0])[:, None]
@@ -467,6 +474,9 @@ class Depth2Search:
                                      & keep.left.any(axis=2) & keep.right.any(axis=2))
         if self.options.bound != "w0" and pieces.alive.any():
             pieces, keep = yield from self.refine(block, losses, pieces, keep)
+        if self.exits is not None:
+            self.exits.append(step_exits(block, losses, pieces, swept, self.cut_pos,
+                                         self.incumbents.value[block.problem]))
         return self.children(block, losses, pieces, keep, achieved)
 
     def prune_w0(self, block: Frontier, losses: CutLosses, cuts: np.ndarray
