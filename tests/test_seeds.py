@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers import _encode_targets, candidate_splits, leaf_losses
 
-from qbnb_jax import solve
+from qbnb_jax import solve, solve_batch
 from qbnb_jax._problem.data import make_problem
 from qbnb_jax._search import deep_batch
 from qbnb_jax._search.deep import LEFT, RIGHT, DeepSearch
@@ -201,3 +201,35 @@ def test_seeded_sides_give_the_same_tree_with_fewer_cut_elements(monkeypatch, ta
     assert seeded.status == plain.status == "optimal"
     assert seeded.objective == pytest.approx(plain.objective, rel=1e-9)
     assert seeded.stats["cut_elements"] < plain.stats["cut_elements"]
+
+
+def test_two_classes_are_not_seeded():
+    """Two classes are not seeded, integer or fractional weights (a batch may solve
+    their sides on its shared layout); more classes and regression are."""
+    X, y, w = _data("classification", 50, 2, seed=5)
+    two = np.asarray(y) % 2
+    assert not deep_batch.seeds_apply(make_problem(X, two, task="classification"))
+    assert not deep_batch.seeds_apply(make_problem(X, two, task="classification",
+                                                   sample_weight=w))
+    assert deep_batch.seeds_apply(make_problem(X, y, task="classification"))
+    Xr, yr, _ = _data("regression", 50, 2, seed=5)
+    assert deep_batch.seeds_apply(make_problem(Xr, yr, task="regression"))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_a_batch_seeds_its_searches_as_alone(monkeypatch, task):
+    """The searches of a depth-3 batch seed their sides as they do alone: the same
+    trees and objectives (integer and fractional weights in one batch)."""
+    from test_batch import assert_same
+
+    calls = []
+    real = deep_batch.seed_batch
+    monkeypatch.setattr(deep_batch, "seed_batch", lambda *a: calls.append(1) or real(*a))
+    X, y, w = _data(task, 40, 3, seed=6)
+    rng = np.random.default_rng(6)
+    W = np.stack([rng.integers(0, 3, len(w)).astype(float), w, np.ones(len(w))])
+    batched = solve_batch(X, y, W, task=task, depth=3)
+    assert calls, "sides were seeded"
+    for i, weights in enumerate(W):
+        alone = solve(X, y, task=task, depth=3, sample_weight=weights)
+        assert_same(batched[i], alone, task, f"{task} problem {i}")

@@ -45,10 +45,11 @@ from qbnb_jax._search.state import SearchOptions
 
 LEFT, RIGHT = 0, 1
 # Threshold bounds kept of solved sides per search (`DeepSearch.keep_side_bounds`):
-# a side's take tens of kilobytes, and only those inside the live root tuples are
-# kept (`forget_side_bounds`). Per search, not per batch, so that a search takes the
-# same path in a batch as alone.
-SIDE_BOUND_BYTES = 1 << 25
+# a side's take tens of kilobytes, and only those that live root tuples can read are
+# kept (`forget_side_bounds`): measured peaks 2.5 MB (query1), 3.1 MB (page), 10.4 MB
+# (8,000 x 12 regression), 1.5-1.8 MB a search in a batch of bootstraps of concrete.
+# Per search, not per batch, so that a search takes the same path in a batch as alone.
+SIDE_BOUND_BYTES = 1 << 24
 SIDE_GROUP = 32  # root cuts per batch of side solves (64 depth-2 searches in one frontier)
 # Sides up to this many samples share a batch whatever their sizes: padding them is
 # cheaper than more batches (about half the kernel calls at depth 3).

@@ -203,11 +203,12 @@ def solve_round(searches: list[DeepSearch], pending: dict[int, tuple],
 
 def seeds_apply(problem: Problem) -> bool:
     """Whether the sides of `problem`'s depth-3 search are seeded from the solved sides
-    they hold (`side_seeds`). Not for the problems whose sides a batch may solve as
-    weightings of a shared layout (`sides_on_layout_serve`), which are not seeded:
-    seeds change which of several equal trees a search finds first, and a problem's
-    tree in a batch is the one it gets alone."""
-    return not sides_on_layout_serve(problem)
+    they hold (`side_seeds`): not for two classes, whose sides a batch may solve as
+    weightings of a shared layout (`sides_on_layout_serve`; a batch of integer and
+    fractional weights counts both as floats), which are not seeded. Seeds change
+    which of several equal trees a search finds first, and a problem's tree in a batch
+    is the one it gets alone."""
+    return not (problem.task == "classification" and problem.n_channels == 2)
 
 
 def side_seeds(owners: list[DeepSearch], keys: list[tuple], subs: list[Problem],
