@@ -15,9 +15,9 @@ So a depth-2 search records, for each root threshold, the bound it had when it l
 the search (`step_exits`): as a cut swept (its exact value), in a piece pruned (the
 piece's bound), or passed over by the slack bound (the incumbent); and the child
 features' stump losses at the cuts it swept. A later search of a side that holds
-that subset reads the bounds at its own thresholds (`seed_tuples`) and starts on the
+that subset reads the bounds at its own thresholds (`seed_batch`) and starts on the
 runs of thresholds they do not rule out, instead of on every threshold, with ends
-from the subset's swept cuts (`SideBounds.floors`). docs/design.md, "Seeded sides".
+from the subset's swept cuts (`_floors`). docs/design.md, "Seeded sides".
 
 Bounds proved over fewer child features than all (a tuple's features pruned before)
 are capped at the incumbent of that step, which every dropped feature was shown not
@@ -34,7 +34,7 @@ from qbnb_jax._problem.host import row_searchsorted
 from qbnb_jax._search.frontier import CutLosses, Frontier, Pieces
 
 # Kept thresholds closer than this join one tuple, and a root feature starts with at
-# most SEED_TUPLES tuples (`seed_tuples`): a tuple costs a kernel row per child feature
+# most SEED_TUPLES tuples (`seed_batch`): a tuple costs a kernel row per child feature
 # each iteration, and the sweeps of a joined tuple prune a narrow gap soon.
 SEED_GAP = 16
 SEED_TUPLES = 4
@@ -80,7 +80,7 @@ class SweptCuts(NamedTuple):
 
 class SearchExits(NamedTuple):
     """What a depth-2 search proved of its root thresholds (`solve_depth2`), and the
-    bounds its problems inherited from subsets (`seed_tuples`)."""
+    bounds its problems inherited from subsets (`seed_batch`)."""
 
     thresholds: ThresholdExits
     cuts: SweptCuts
@@ -127,7 +127,8 @@ class SearchExits(NamedTuple):
 def _filled(group: np.ndarray, losses: np.ndarray) -> np.ndarray:
     """Per row, each column's last finite entry at or before it within its group's
     rows (0 if none). A group's rows are one root feature's cuts in order: a prefix
-    part only grows with the cut, so an earlier cut's loss bounds every later one's."""
+    part only grows with the cut, so an earlier cut's loss bounds every later one's
+    (and a suffix part's, the rows reversed)."""
     R, p = losses.shape
     if R == 0:
         return np.zeros((0, p))
