@@ -166,15 +166,13 @@ class DeepSearch(Search):
         first = cut_pos[frontier.root, frontier.lo - 1].tolist()
         last = cut_pos[frontier.root, frontier.hi + 1].tolist()
         read = set()
-        for (f0, which), cuts in self.bound_cuts.items():
-            for root, a, b in zip(frontier.root.tolist(), first, last):
-                if root != f0:
-                    continue
-                if which == LEFT:
-                    lo, hi = max(bisect.bisect_right(cuts, a) - 1, 0), bisect.bisect_right(cuts, b)
-                else:
-                    lo, hi = bisect.bisect_left(cuts, a), bisect.bisect_left(cuts, b) + 1
-                read.update((f0, k, which) for k in cuts[lo:hi])
+        for f0, a, b in zip(frontier.root.tolist(), first, last):
+            cuts = self.bound_cuts.get((f0, LEFT), [])
+            start = max(bisect.bisect_right(cuts, a) - 1, 0)
+            read.update((f0, k, LEFT) for k in cuts[start : bisect.bisect_right(cuts, b)])
+            cuts = self.bound_cuts.get((f0, RIGHT), [])
+            stop = bisect.bisect_left(cuts, b) + 1
+            read.update((f0, k, RIGHT) for k in cuts[bisect.bisect_left(cuts, a) : stop])
         for key in [key for key in self.side_bounds if key not in read]:
             self.side_bound_bytes -= self.side_bounds.pop(key).nbytes
             self.bound_cuts[(key[0], key[2])].remove(key[1])
@@ -183,19 +181,14 @@ class DeepSearch(Search):
         """The solved side with kept bounds nearest to side `key` among those it holds
         (left sides of smaller cuts, right sides of larger ones), and its bounds."""
         f0, k, which = key
-        cuts = self.bound_cuts.get((f0, which))
-        if not cuts:
-            return None
-        at = bisect.bisect_left(cuts, k)
+        cuts = self.bound_cuts.get((f0, which), [])
         if which == LEFT:
-            if at == 0:
-                return None
-            inner = (f0, cuts[at - 1], which)
+            at = bisect.bisect_left(cuts, k) - 1
         else:
             at = bisect.bisect_right(cuts, k)
-            if at == len(cuts):
-                return None
-            inner = (f0, cuts[at], which)
+        if not 0 <= at < len(cuts):
+            return None
+        inner = (f0, cuts[at], which)
         return inner, self.side_bounds[inner]
 
     def side_budget(self, key) -> int | None:

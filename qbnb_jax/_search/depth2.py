@@ -341,8 +341,7 @@ class Depth2Search:
         # the first frontier: problem q's tuple of root f1 is row q * p + f1
         moved = self.moved_in(frontier.take(seeds.problem * p + seeds.root), seeds.lo, seeds.hi)
         # either set of ends is valid (both are lower bounds): the larger of each
-        moved = moved._replace(lower_bound=seeds.lower_bound,
-                               ends=np.maximum(moved.ends, seeds.ends))
+        moved = moved._replace(ends=np.maximum(moved.ends, seeds.ends))
         rest = frontier.take(~np.isin(frontier.problem, seeds.seeded))
         merged = Frontier.concatenate([rest, moved])
         return merged.take(np.lexsort((merged.lo, merged.root, merged.problem)))

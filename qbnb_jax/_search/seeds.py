@@ -164,14 +164,13 @@ class SideBounds(NamedTuple):
 
 class SeedTuples(NamedTuple):
     """Initial tuples of seeded problems: problem q starts on these (root f1, lo..hi)
-    alone, every tree of a tuple at least `lower_bound`, with ends from the subset's
-    swept cuts."""
+    alone, with ends from the subset's swept cuts (their bounds start at 0, as a first
+    tuple's do)."""
 
     problem: np.ndarray  # (S,) int64
     root: np.ndarray  # (S,) int64
     lo: np.ndarray  # (S,) int64
     hi: np.ndarray  # (S,) int64
-    lower_bound: np.ndarray  # (S,) float64
     # (S, 4, p): (P_lo, S_lo, P_hi, S_hi) as a tuple's ends carry them (`Frontier`)
     ends: np.ndarray
     seeded: np.ndarray  # the problems seeded (one without tuples has no tree to find)
@@ -333,7 +332,7 @@ def seed_batch(problems: np.ndarray, bounds: list[SideBounds], in_subset: list[n
     T = len(group)
     ends = np.stack([prefix[:T], suffix[3 * T :], prefix[T : 2 * T], suffix[2 * T : 3 * T]],
                     axis=1)
-    return SeedTuples(q, root, lo, hi, np.zeros(T), ends, problems), inherited
+    return SeedTuples(q, root, lo, hi, ends, problems), inherited
 
 
 def _floors(bounds: list[SideBounds], owner: np.ndarray, feature: np.ndarray,
